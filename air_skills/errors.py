@@ -1,0 +1,128 @@
+"""The one error hierarchy of AIR Skills: every failure an agent or a user can act on.
+
+    AirError                      code, message, hint, retryable, context
+    ├── InvalidInput              bad input: exit 2 in the CLI, isError in MCP
+    │   ├── InvalidSpec           a job spec or study file that does not validate (all problems)
+    │   ├── InsufficientGpus      more GPUs than the pool (or cluster) has
+    │   ├── DataPathRefused       a data input outside AIR_DATA_ROOTS
+    │   └── UnknownMetric         a metric key that the run never logged
+    ├── NotFound                  a job id, run, study or GPU that does not exist
+    ├── InvalidState              the action does not apply now (cancel a finished job)
+    ├── StoreError                AIR_HOME missing, corrupt, read-only, or busy
+    ├── BackendUnavailable        Ray not installed or unreachable (retryable)
+    ├── TrackingUnavailable       the MLflow store cannot be reached (retryable)
+    └── ProposerError             an LLM provider failed or a key is missing
+
+Each error has a stable kebab-case ``code`` that agents can branch on, a ``message``
+(what happened) and a ``hint`` (what to call or change next).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AirError(Exception):
+    """Base of every AIR Skills error."""
+
+    code = "air-error"
+    retryable = False
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str = "",
+        code: str | None = None,
+        retryable: bool | None = None,
+        **context: Any,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if code is not None:
+            self.code = code
+        if retryable is not None:
+            self.retryable = retryable
+        self.context = {k: v for k, v in context.items() if v is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "hint": self.hint,
+            "retryable": self.retryable,
+            **({"context": self.context} if self.context else {}),
+        }
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}" + (f" Next: {self.hint}" if self.hint else "")
+
+
+class InvalidInput(AirError):
+    code = "invalid-input"
+    exit_code = 2
+
+
+class InvalidSpec(InvalidInput):
+    """A spec that does not validate; ``problems`` lists every one at once."""
+
+    code = "invalid-spec"
+
+    def __init__(self, message: str, *, problems: list[str] | None = None, **kw: Any) -> None:
+        self.problems = problems or []
+        if self.problems and message.endswith(":"):
+            message = message + " " + "; ".join(self.problems)
+        super().__init__(message, problems=self.problems or None, **kw)
+
+
+class InsufficientGpus(InvalidInput):
+    code = "insufficient-gpus"
+
+
+class DataPathRefused(InvalidInput):
+    code = "data-path-refused"
+
+
+class UnknownMetric(InvalidInput):
+    code = "unknown-metric"
+
+
+class NotFound(AirError):
+    code = "not-found"
+    exit_code = 2
+
+
+class InvalidState(AirError):
+    code = "invalid-state"
+
+
+class StoreError(AirError):
+    code = "store-error"
+
+
+class BackendUnavailable(AirError):
+    code = "backend-unavailable"
+    retryable = True
+
+
+class TrackingUnavailable(AirError):
+    code = "tracking-unavailable"
+    retryable = True
+
+
+class ProposerError(AirError):
+    code = "proposer-error"
+
+
+def pydantic_problems(exc: Any) -> list[str]:
+    """Every problem of a pydantic ValidationError as one readable line each."""
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        problems.append(f"{loc}: {msg}")
+    return problems

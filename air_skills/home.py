@@ -1,0 +1,56 @@
+"""Where AIR Skills keeps its state: AIR_HOME and the per-job folders under it."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from air_skills.errors import NotFound, StoreError
+
+JOB_ID_RE = re.compile(r"^job-[0-9a-f]{10}$")
+
+
+def default_home() -> Path:
+    env = os.environ.get("AIR_HOME")
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("air-skills", appauthor=False))
+
+
+def ensure_home(home: Path) -> Path:
+    """Create AIR_HOME if missing; a clear StoreError when it cannot be used."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "jobs").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"AIR_HOME {home} cannot be created: {exc.strerror or exc}",
+            hint="set AIR_HOME to a writable folder",
+            home=str(home),
+        ) from None
+    if not os.access(home, os.W_OK):
+        raise StoreError(
+            f"AIR_HOME {home} is read-only",
+            hint="set AIR_HOME to a writable folder, or fix its permissions",
+            home=str(home),
+        )
+    return home
+
+
+def check_job_id(job_id: str) -> str:
+    """Refuse anything that is not a job id (path tricks included) before it reaches a path."""
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+        shown = job_id if isinstance(job_id, str) and len(job_id) <= 80 else "(invalid)"
+        raise NotFound(
+            f"no job {shown!r}: job ids look like job-0123456789",
+            hint="list jobs with `air ls` (MCP: list_jobs)",
+            job_id=shown,
+        )
+    return job_id
+
+
+def job_dir(home: Path, job_id: str) -> Path:
+    return home / "jobs" / check_job_id(job_id)

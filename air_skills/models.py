@@ -1,0 +1,181 @@
+"""The job model: what a job asks for (JobSpec), where it stands (JobStatus, JobInfo).
+
+Strict pydantic v2 models: unknown fields are refused, and every problem is reported at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from datetime import datetime, timezone
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from air_skills.errors import InvalidSpec, pydantic_problems
+from air_skills.status import PRIORITY_RANK, TERMINAL_STATUSES, JobStatus
+
+MAX_GPUS_PER_JOB = 1024
+Priority = Literal["low", "normal", "high"]
+FailureKind = Literal["user", "infra"]
+Backend = Literal["local", "ray"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataInput(_Strict):
+    """One data input: exposed to the job as $AIR_DATA_DIR/<name>."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    path: str = Field(min_length=1)
+
+
+class JobSpec(_Strict):
+    """What to run and what it needs. Build with ``JobSpec.parse(dict)`` for AIR errors."""
+
+    command: list[str] = Field(min_length=1, description="argv; never run by a shell")
+    name: str | None = Field(default=None, max_length=200)
+    workdir: str | None = Field(default=None, description="working directory (default: cwd)")
+    config: dict[str, Any] = Field(default_factory=dict, description="written to AIR_CONFIG_FILE")
+    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_JOB)
+    cpus: int | None = Field(default=None, ge=1, le=1024, description="thread cap; default: share")
+    priority: Priority = "normal"
+    preemptible: bool = False
+    timeout_min: float | None = Field(default=None, gt=0)
+    max_retries: int = Field(default=0, ge=0, le=100)
+    env: dict[str, str] = Field(default_factory=dict)
+    experiment: str | None = Field(default=None, max_length=500)
+    tags: dict[str, str] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    backend: Backend = "local"
+    project: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    data: list[DataInput] = Field(default_factory=list)
+    track: bool = Field(default=True, description="create an MLflow run for the job")
+    deep_preflight: bool = Field(default=False, description="torch matmul/alloc check first")
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split_command(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split command: {exc}") from exc
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _check_command(cls, value: list[str]) -> list[str]:
+        if not value or not value[0].strip():
+            raise ValueError("command is empty: give the program and its arguments")
+        for arg in value:
+            if "\x00" in arg:
+                raise ValueError("command arguments cannot hold NUL bytes")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not key or "=" in key or "\x00" in key or "\x00" in val:
+                raise ValueError(f"invalid environment variable {key!r}")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _unique_data(cls, value: list[DataInput]) -> list[DataInput]:
+        names = [d.name for d in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate data input names: {', '.join(dupes)}")
+        return value
+
+    @classmethod
+    def parse(cls, data: dict[str, Any] | JobSpec) -> JobSpec:
+        """Validate ``data``; raise InvalidSpec listing every problem and the valid fields."""
+        if isinstance(data, JobSpec):
+            return data
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidSpec(
+                "invalid job spec:",
+                problems=pydantic_problems(exc),
+                hint="fix the fields listed; valid fields: " + ", ".join(cls.model_fields),
+                valid_keys=list(cls.model_fields),
+            ) from None
+
+    def resolved_project(self) -> str:
+        return self.project or os.environ.get("AIR_PROJECT") or "default"
+
+
+class JobInfo(BaseModel):
+    """Where a job stands: the JSON shape of `air status --json` and MCP `get_job`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    name: str
+    status: JobStatus
+    failure_kind: FailureKind | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    message: str = ""
+    gpus: list[int] = Field(default_factory=list)
+    priority: Priority = "normal"
+    attempts: int = 0
+    created_at: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    run_id: str | None = None
+    experiment_id: str | None = None
+    log_path: str | None = None
+    backend: Backend = "local"
+    project: str = "default"
+    borrowing: bool = False
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal()
+
+
+class GpuInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    name: str
+    memory_mb: int
+    health: Literal["ok", "unhealthy"] = "ok"
+    cordoned: bool = False
+    reason: str | None = None
+    job_ids: list[str] = Field(default_factory=list)
+
+
+class LogChunk(BaseModel):
+    job_id: str
+    text: str
+    offset: int = Field(description="byte offset where text starts")
+    next_offset: int = Field(description="pass as offset to read on")
+    size: int = Field(description="log size in bytes")
+    truncated: bool = False
+
+
+class Metrics(BaseModel):
+    job_id: str
+    run_id: str | None
+    latest: dict[str, float] = Field(default_factory=dict)
+    history: dict[str, list[list[float]]] = Field(default_factory=dict)
+
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    next_cursor: str | None = None
+
+
+def utc_from_ts(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc)

@@ -1,0 +1,229 @@
+"""MLflow tracking: one run per job, created before it starts, ended with its status.
+
+MLflow is imported lazily (it takes over a second): only processes that track pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from air_skills.errors import NotFound, TrackingUnavailable, UnknownMetric
+
+DEFAULT_EXPERIMENT = "air-default"
+RUN_STATUS = {
+    "SUCCEEDED": "FINISHED",
+    "FAILED": "FAILED",
+    "CANCELLED": "KILLED",
+    "TIMED_OUT": "FAILED",
+}
+
+
+def tracking_uri(home: Path) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home / 'mlflow.db'}"
+
+
+@contextlib.contextmanager
+def _init_lock(home: Path, uri: str) -> Iterator[None]:
+    """Serialise first use of a sqlite store: MLflow's schema migration is not race-safe."""
+    if not uri.startswith("sqlite:"):
+        yield
+        return
+    with open(home / "mlflow.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class MlflowTracker:
+    """The MLflow side of jobs: experiments, runs, summary values, metric reads."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.uri = tracking_uri(home)
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                from mlflow.tracking import MlflowClient
+
+                with _init_lock(self.home, self.uri):
+                    client = MlflowClient(tracking_uri=self.uri)
+                    client.search_experiments(max_results=1)  # touches (and migrates) the store
+            except Exception as exc:
+                raise TrackingUnavailable(
+                    f"MLflow store {self._shown_uri()} unavailable: {_short(exc)}",
+                    hint="check MLFLOW_TRACKING_URI (or unset it to use AIR_HOME's sqlite store)",
+                ) from None
+            self._client = client
+        return self._client
+
+    def _shown_uri(self) -> str:
+        # Never show credentials that may sit in a tracking URI.
+        uri = self.uri
+        if "@" in uri and "://" in uri:
+            scheme, rest = uri.split("://", 1)
+            uri = f"{scheme}://***@{rest.split('@', 1)[1]}"
+        return uri
+
+    def experiment_id(self, name: str | None) -> str:
+        name = name or DEFAULT_EXPERIMENT
+        client = self.client
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:
+            if exp.lifecycle_stage == "deleted":
+                client.restore_experiment(exp.experiment_id)
+            return exp.experiment_id
+        try:
+            with _init_lock(self.home, self.uri):
+                exp = client.get_experiment_by_name(name)
+                if exp is not None:
+                    return exp.experiment_id
+                return client.create_experiment(name)
+        except Exception:
+            # Another process created it between our read and our write: use theirs.
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+            return exp.experiment_id
+
+    def create_run(
+        self,
+        *,
+        job_id: str,
+        name: str,
+        experiment: str | None,
+        config: dict[str, Any],
+        tags: dict[str, str],
+    ) -> tuple[str, str]:
+        """Create the job's run; returns (run_id, experiment_id)."""
+        from mlflow.entities import Param
+
+        try:
+            exp_id = self.experiment_id(experiment)
+            run_tags = {**tags, "air.job_id": job_id, "air.attempt": "1"}
+            run = self.client.create_run(exp_id, tags=run_tags, run_name=name)
+            params = [Param(k, _param_value(v)) for k, v in flatten(config).items()]
+            for i in range(0, len(params), 100):
+                self.client.log_batch(run.info.run_id, params=params[i : i + 100])
+            return run.info.run_id, exp_id
+        except TrackingUnavailable:
+            raise
+        except Exception as exc:
+            raise TrackingUnavailable(
+                f"cannot create the MLflow run: {_short(exc)}",
+                hint="the job runs without a run; check the tracking store",
+            ) from None
+
+    def set_attempt(self, run_id: str, attempt: int) -> None:
+        self.client.set_tag(run_id, "air.attempt", str(attempt))
+
+    def finish_run(
+        self, run_id: str, status: str, summary: dict[str, float] | None = None
+    ) -> list[str]:
+        """End the run; log summary values the script did not log itself. Returns keys logged."""
+        from mlflow.entities import Metric
+
+        logged: list[str] = []
+        if summary:
+            existing = set(self.client.get_run(run_id).data.metrics)
+            now_ms = int(time.time() * 1000)
+            metrics = [
+                Metric(k, v, now_ms, 0) for k, v in summary.items() if k not in existing
+            ]
+            if metrics:
+                self.client.log_batch(run_id, metrics=metrics)
+                logged = [m.key for m in metrics]
+        self.client.set_terminated(run_id, RUN_STATUS.get(status, "FAILED"))
+        return logged
+
+    # --- reading back -----------------------------------------------------------------------
+
+    def latest(self, run_id: str) -> dict[str, float]:
+        try:
+            return dict(self.client.get_run(run_id).data.metrics)
+        except TrackingUnavailable:
+            raise
+        except Exception as exc:
+            raise NotFound(
+                f"MLflow run {run_id} not found: {_short(exc)}",
+                hint="the job may have run without tracking",
+                run_id=run_id,
+            ) from None
+
+    def history(
+        self, run_id: str, keys: list[str], max_points: int, latest: dict[str, float] | None = None
+    ) -> dict[str, list[list[float]]]:
+        known = latest if latest is not None else self.latest(run_id)
+        missing = [k for k in keys if k not in known]
+        if missing:
+            raise UnknownMetric(
+                f"run {run_id} has no metric {', '.join(missing)}",
+                hint="metrics logged: " + (", ".join(sorted(known)) or "none yet"),
+                valid_keys=sorted(known),
+            )
+        out = {}
+        for key in keys:
+            points = [
+                (m.step, m.value, m.timestamp) for m in self.client.get_metric_history(run_id, key)
+            ]
+            points.sort(key=lambda p: (p[0], p[2]))
+            out[key] = [[float(s), float(v)] for s, v, _ in downsample(points, max_points)]
+        return out
+
+
+def downsample(
+    points: list[tuple[int, float, int]], max_points: int
+) -> list[tuple[int, float, int]]:
+    """At most ``max_points`` points, evenly spread, always keeping first, last, min and max."""
+    if max_points <= 0 or len(points) <= max_points:
+        return points
+    keep = {0, len(points) - 1}
+    keep.add(min(range(len(points)), key=lambda i: points[i][1]))
+    keep.add(max(range(len(points)), key=lambda i: points[i][1]))
+    slots = max(max_points - len(keep), 0)
+    if slots:
+        stride = (len(points) - 1) / (slots + 1)
+        for j in range(1, slots + 1):
+            keep.add(round(j * stride))
+    chosen = sorted(keep)
+    while len(chosen) > max_points:  # rounding can collide less than planned; trim evenly
+        protected = {0, len(points) - 1} | {
+            min(range(len(points)), key=lambda i: points[i][1]),
+            max(range(len(points)), key=lambda i: points[i][1]),
+        }
+        for idx in chosen[1:-1]:
+            if idx not in protected:
+                chosen.remove(idx)
+                break
+    return [points[i] for i in chosen]
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def _param_value(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 6000 else text[:5997] + "..."
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]

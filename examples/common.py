@@ -1,0 +1,214 @@
+"""Helpers the example training scripts share: strict config, MLflow logging, summary, checkpoints.
+
+Exit codes the examples use: 2 = bad config (or a checkpoint that does not fit it), 3 = the loss
+became NaN or infinite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_BAD_CONFIG = 2
+EXIT_NON_FINITE = 3
+MLFLOW_ENV = ("MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID")
+
+
+def fail(message: str, code: int) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _type_problem(key: str, default: Any, value: Any) -> str | None:
+    """Says why `value` cannot replace `default`, or None when it can (an int may stand for a float)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        ok = isinstance(default, bool) and isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float))
+    else:
+        ok = type(value) is type(default)
+    if ok:
+        return None
+    return (
+        f"{key}: expected {type(default).__name__} (default {default!r}), "
+        f"got {type(value).__name__} {value!r}"
+    )
+
+
+def _parse_arg(arg: str) -> tuple[str, Any]:
+    """`--key=value` -> (key, value); the value is read as JSON, else kept as a string."""
+    key, _, raw = arg[2:].partition("=")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def load_config(defaults: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
+    """The defaults, overridden by the JSON file at AIR_CONFIG_FILE, then by `--key=value` args.
+
+    Like nanoGPT's configurator: an unknown key or a changed type is an error, never silently
+    accepted. Every problem is listed at once, then the process exits with code 2.
+    """
+    overrides: list[tuple[str, str, Any]] = []  # (source, key, value)
+    path = os.environ.get("AIR_CONFIG_FILE")
+    if path:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            fail(f"cannot read config AIR_CONFIG_FILE={path}: {exc}", EXIT_BAD_CONFIG)
+        if not isinstance(data, dict):
+            fail(f"config {path} must hold a JSON object, not {type(data).__name__}", EXIT_BAD_CONFIG)
+        overrides += [(path, k, v) for k, v in data.items()]
+    for arg in sys.argv[1:] if argv is None else argv:
+        if not arg.startswith("--") or "=" not in arg:
+            fail(f"argument {arg!r}: expected --key=value", EXIT_BAD_CONFIG)
+        overrides.append(("command line", *_parse_arg(arg)))
+
+    config = dict(defaults)
+    problems = []
+    for source, key, value in overrides:
+        if key not in defaults:
+            problems.append(f"{key}: unknown key (from {source})")
+            continue
+        problem = _type_problem(key, defaults[key], value)
+        if problem:
+            problems.append(f"{problem} (from {source})")
+            continue
+        config[key] = float(value) if isinstance(defaults[key], float) else value
+    if problems:
+        fail(
+            "bad config:\n  "
+            + "\n  ".join(problems)
+            + "\n  valid keys: "
+            + ", ".join(sorted(defaults)),
+            EXIT_BAD_CONFIG,
+        )
+    return config
+
+
+def check(config: dict[str, Any], rules: dict[str, tuple[bool, str]]) -> None:
+    """Exits 2 listing every rule that fails; `rules` maps a key to (holds, what it must be)."""
+    problems = [f"{k}={config[k]!r}: must be {what}" for k, (ok, what) in rules.items() if not ok]
+    if problems:
+        fail("bad config:\n  " + "\n  ".join(problems), EXIT_BAD_CONFIG)
+
+
+def set_threads() -> None:
+    """Use the job's CPU share: torch reads OMP_NUM_THREADS too, but not on every build."""
+    import torch
+
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
+def pick_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        fail("device='cuda' but torch sees no GPU; use device='auto' or 'cpu'", EXIT_BAD_CONFIG)
+    return name
+
+
+class Tracker:
+    """MLflow logging when the job has MLflow env (AIR sets it); otherwise printing only.
+
+    With MLFLOW_RUN_ID the metrics go into that run (the one AIR created with the config as
+    params); with only a tracking URI or experiment, a new run is started with the config.
+    """
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.logged: set[str] = set()
+        self.mlflow: Any = None
+        if not any(os.environ.get(k) for k in MLFLOW_ENV):
+            return
+        import mlflow  # only here: importing it takes over a second
+
+        self.mlflow = mlflow
+        run_id = os.environ.get("MLFLOW_RUN_ID")
+        if run_id:
+            mlflow.start_run(run_id=run_id)
+        else:
+            mlflow.start_run()
+            mlflow.log_params(config)
+        print(f"mlflow: logging to run {mlflow.active_run().info.run_id}", flush=True)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self.mlflow is not None:
+            self.mlflow.log_metrics(metrics, step=step)
+            self.logged.update(metrics)
+
+    def tag(self, key: str, value: Any) -> None:
+        if self.mlflow is not None:
+            self.mlflow.set_tag(key, str(value))
+
+    def finish(self, status: str, summary: dict[str, float] | None = None, step: int = 0) -> None:
+        """Logs the summary values not logged yet, then ends the run (FINISHED / FAILED)."""
+        if self.mlflow is None:
+            return
+        rest = {k: v for k, v in (summary or {}).items() if k not in self.logged}
+        if rest:
+            self.mlflow.log_metrics(rest, step=step)
+        self.mlflow.end_run(status=status)
+
+
+def print_summary(values: dict[str, float]) -> None:
+    """The block that AIR (or grep) reads: a `---` line, then `key: value` lines, numbers only."""
+    lines = ["---"]
+    for key, value in values.items():
+        lines.append(f"{key}: {value:.6g}" if isinstance(value, float) else f"{key}: {value}")
+    print("\n".join(lines), flush=True)
+
+
+def check_finite(loss: float, step: int, tracker: Tracker, hint: str) -> None:
+    """Fails fast on a NaN or infinite loss: message, run marked FAILED, exit code 3."""
+    if math.isfinite(loss):
+        return
+    tracker.finish("FAILED")
+    fail(f"loss is {loss} at step {step}; training diverged ({hint})", EXIT_NON_FINITE)
+
+
+def checkpoint_path() -> Path | None:
+    folder = os.environ.get("AIR_CHECKPOINT_DIR")
+    return Path(folder) / "ckpt.pt" if folder else None
+
+
+def save_checkpoint(path: Path | None, state: dict[str, Any]) -> None:
+    """Written to a temporary file and renamed, so a job killed mid-save leaves the old one."""
+    if path is None:
+        return
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(
+    path: Path | None, config: dict[str, Any], shape_keys: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The saved state, or None when there is none; exits 2 when its model shape differs."""
+    if path is None or not path.exists():
+        return None
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    saved = state.get("config", {})
+    changed = [k for k in shape_keys if saved.get(k) != config[k]]
+    if changed:
+        detail = "; ".join(f"{k}: saved {saved.get(k)!r}, now {config[k]!r}" for k in changed)
+        fail(
+            f"checkpoint {path} was made for another model ({detail}); "
+            "delete it or use another AIR_CHECKPOINT_DIR",
+            EXIT_BAD_CONFIG,
+        )
+    return state
+
