@@ -1,0 +1,65 @@
+"""Shared fixtures: a fresh AIR_HOME per test, simulated GPUs, fast grace periods."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+@pytest.fixture
+def air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh AIR_HOME with 4 simulated GPUs; every job left running is killed at the end."""
+    home = tmp_path / "air_home"
+    monkeypatch.setenv("AIR_HOME", str(home))
+    monkeypatch.setenv("AIR_SIMULATED_GPUS", "4")
+    monkeypatch.setenv("AIR_GRACE_S", "2")
+    monkeypatch.setenv("AIR_HEALTH_INTERVAL_S", "0.2")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("AIR_SIMULATED_GPU_FAULTS", raising=False)
+    monkeypatch.delenv("AIR_PROJECT", raising=False)
+    monkeypatch.delenv("AIR_DATA_ROOTS", raising=False)
+    yield home
+    _kill_leftovers(home)
+
+
+@pytest.fixture
+def client(air_home: Path):
+    from air_skills import Client
+
+    return Client(air_home)
+
+
+def _kill_leftovers(home: Path) -> None:
+    import signal
+    import sqlite3
+
+    db = home / "air.db"
+    if not db.exists():
+        return
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(
+            "SELECT supervisor_pid, job_pid FROM jobs WHERE status IN ('RUNNING','QUEUED')"
+        ).fetchall()
+    except sqlite3.Error:
+        rows = []
+    finally:
+        conn.close()
+    for sup, job in rows:
+        for pid, group in ((job, True), (sup, False)):
+            if not pid:
+                continue
+            try:
+                if group:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
