@@ -24,7 +24,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 quota_app = typer.Typer(help="Per-project GPU quotas.", no_args_is_help=True)
-skills_app = typer.Typer(help="Agent skills (SKILL.md) for Claude, Cursor, Codex.", no_args_is_help=True)
+skills_app = typer.Typer(
+    help="Agent skills (SKILL.md) for Claude, Cursor, Codex.", no_args_is_help=True
+)
 app.add_typer(quota_app, name="quota")
 app.add_typer(skills_app, name="skills")
 
@@ -131,7 +133,9 @@ def _spec_from_args(
                 f"cannot read {spec_file}: {exc.strerror}", hint="give a readable YAML file"
             ) from None
         except yaml.YAMLError as exc:
-            raise InvalidSpec(f"{spec_file} is not valid YAML: {exc}", hint="fix the YAML") from None
+            raise InvalidSpec(
+                f"{spec_file} is not valid YAML: {exc}", hint="fix the YAML"
+            ) from None
         if not isinstance(loaded, dict):
             raise InvalidSpec(f"{spec_file} must hold a mapping of JobSpec fields", hint="")
         spec.update(loaded)
@@ -338,7 +342,9 @@ def metrics(
     out.print(t)
     for key, points in m.history.items():
         out.print(f"[bold]{key}[/] ({len(points)} points)")
-        out.print(_sparkline([p[1] for p in points]) + f"  {points[0][1]:.4g} → {points[-1][1]:.4g}")
+        out.print(
+            _sparkline([p[1] for p in points]) + f"  {points[0][1]:.4g} → {points[-1][1]:.4g}"
+        )
 
 
 def _sparkline(values: list[float]) -> str:
@@ -541,8 +547,18 @@ def ui(
         out.print(f"MLflow UI for {uri} at [bold]{url}[/] (Ctrl-C to stop)")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     argv = [
-        sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
     ]
     raise typer.Exit(subprocess.call(argv, env=env))
 

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ class Client:
         self.home = ensure_home(Path(home).expanduser() if home else default_home()).resolve()
         self._local = threading.local()
         self._tracker: Any = None
-        self.store  # open now: a corrupt or read-only AIR_HOME fails here, clearly
+        _ = self.store  # open now: a corrupt or read-only AIR_HOME fails here, clearly
 
     @property
     def store(self) -> Store:
@@ -142,7 +143,7 @@ class Client:
 
     def _dry_run_info(self, spec: JobSpec) -> JobInfo:
         free = len(local.schedulable_gpus(self.store))
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         return JobInfo(
             job_id="dry-run",
@@ -154,7 +155,7 @@ class Client:
                 " nothing was launched"
             ),
             priority=spec.priority,
-            created_at=datetime.now(timezone.utc),
+            created_at=datetime.now(UTC),
             backend=spec.backend,
             project=spec.project or "default",
         )
@@ -323,7 +324,7 @@ class Client:
         self,
         job_ids: Iterable[str],
         timeout_s: float | None = None,
-        any: bool = True,  # noqa: A002 - the contract's name
+        any: bool = True,
         on_progress: Callable[[list[JobInfo]], None] | None = None,
     ) -> list[JobInfo]:
         """Wait until any (or all) of the jobs end, or the timeout; returns their infos."""

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import shlex
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from air_skills.errors import InvalidSpec, pydantic_problems
-from air_skills.status import PRIORITY_RANK, TERMINAL_STATUSES, JobStatus
+from air_skills.status import JobStatus
 
 MAX_GPUS_PER_JOB = 1024
 Priority = Literal["low", "normal", "high"]
@@ -178,4 +178,4 @@ class Page(BaseModel, Generic[T]):
 
 
 def utc_from_ts(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, tz=timezone.utc)
+    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC)

@@ -71,6 +71,7 @@ def schedule(
     free = sorted(pool - held)
     cpu_free = inv.cpu_slots - sum(1 for r in running if not r.gpus)
     reserved: set[int] = set()
+    head_reserved: set[int] = set()  # the part of ``reserved`` held for the blocked head
     usage: dict[str, int] = {}
     for r in running:
         if not r.borrowing and not r.stopping:
@@ -98,6 +99,9 @@ def schedule(
         within_quota = _within_quota(job, usage, inv.quotas)
         borrowing = bool(inv.quotas) and not within_quota
         available = [g for g in free if g not in reserved]
+        if head_blocked_at is not None and _may_backfill(job, now, head_blocked_at):
+            # EASY: a job that ends before the head's start may use the head's reservation.
+            available = [g for g in free if g not in reserved or g in head_reserved]
         fits_now = len(available) >= job.gpus
         if fits_now and head_blocked_at is not None and not _may_backfill(job, now, head_blocked_at):
             fits_now = False
@@ -132,6 +136,7 @@ def schedule(
             reserved.update(available[: job.gpus])
             if head_blocked_at is None:
                 head_blocked_at = soon_free if soon_free is not None else float("inf")
+                head_reserved.update(available[: job.gpus])
         free_total = len([g for g in free if g not in reserved])
         decision.reasons[job.job_id] = (
             f"waiting for {job.gpus} GPUs; {free_total} free of {len(pool)}"

@@ -315,7 +315,10 @@ class Store:
 
         ``kind`` is ``preempted``, ``user`` (a retry) or ``infra``.
         """
-        counter = {"user": ", user_retries=user_retries+1", "infra": ", infra_retries=infra_retries+1"}
+        counter = {
+            "user": ", user_retries=user_retries+1",
+            "infra": ", infra_retries=infra_retries+1",
+        }
         with self._maybe_tx(c) as cx:
             cur = cx.execute(
                 "UPDATE jobs SET status='QUEUED', gpus='[]', queued_at=?, message=?, exit_code=?,"
