@@ -82,7 +82,7 @@ class Client:
         log_path.touch()
         name = spec.name or Path(spec.command[0]).name
         run_id = experiment_id = None
-        message = "QUEUED: waiting for a scheduling pass"
+        tracking_note = None
         if spec.track:
             try:
                 run_id, experiment_id = self.tracker.create_run(
@@ -94,9 +94,9 @@ class Client:
                 )
                 self._log_data_inputs(spec, run_id)
             except TrackingUnavailable as exc:
-                message += f" (tracking unavailable: {exc.message})"
+                tracking_note = f"tracking unavailable: {exc.message}"
         got, created = self.store.queue(
-            spec, job_id, str(log_path), name, run_id, experiment_id, message
+            spec, job_id, str(log_path), name, run_id, experiment_id, tracking_note=tracking_note
         )
         if not created:  # a concurrent caller with the same idempotency key won
             self._discard(jdir, run_id)

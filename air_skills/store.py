@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_pid INTEGER,
     job_start TEXT,
     stop_request TEXT,
-    stop_reason TEXT
+    stop_reason TEXT,
+    tracking_note TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 CREATE TABLE IF NOT EXISTS gpus (
@@ -177,6 +178,7 @@ class Store:
         run_id: str | None = None,
         experiment_id: str | None = None,
         message: str = "QUEUED: waiting for a scheduling pass",
+        tracking_note: str | None = None,
     ) -> tuple[str, bool]:
         """Record a new QUEUED job; with an idempotency key already used, return that job.
 
@@ -193,8 +195,8 @@ class Store:
             c.execute(
                 "INSERT INTO jobs (job_id, name, spec, status, priority, preemptible,"
                 " gpus_requested, created_at, queued_at, log_path, backend, project,"
-                " idempotency_key, message, run_id, experiment_id)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " idempotency_key, message, run_id, experiment_id, tracking_note)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     name,
@@ -212,6 +214,7 @@ class Store:
                     message,
                     run_id,
                     experiment_id,
+                    tracking_note,
                 ),
             )
             self._event(c, job_id, "queued", "job queued")
@@ -432,7 +435,8 @@ def row_to_info(row: sqlite3.Row) -> JobInfo:
         failure_kind=row["failure_kind"],
         exit_code=row["exit_code"],
         signal=row["signal"],
-        message=row["message"],
+        message=row["message"]
+        + (f" ({row['tracking_note']})" if row["tracking_note"] and not row["run_id"] else ""),
         gpus=json.loads(row["gpus"]),
         priority=rank_to_name[row["priority"]],  # type: ignore[arg-type]
         attempts=row["attempts"],

@@ -206,11 +206,11 @@ class Supervisor:
             reason = self.store.row(self.job_id)["stop_reason"]
             self._finish(JobStatus.CANCELLED, f"CANCELLED: {reason}", code, sig)
         elif stop == "preempt":
+            why = self.store.row(self.job_id)["stop_reason"] or "preempted"
             self.store.requeue(
                 self.job_id,
                 kind="preempted",
-                message="QUEUED: preempted for a higher-priority job; it resumes with the same id"
-                " and AIR_CHECKPOINT_DIR",
+                message=f"QUEUED: {why}; it resumes with the same id and AIR_CHECKPOINT_DIR",
             )
         elif self.infra_faults:
             self._infra_failure(self.infra_faults, "while running")
@@ -294,12 +294,23 @@ class Supervisor:
         if bad:
             message += f" (summary values not numeric, ignored: {', '.join(bad[:5])})"
         run_id = self.row["run_id"]
-        if not run_id:
+        if not run_id and not self.spec.get("track", True):
             return message
         try:
             from air_skills.tracking import MlflowTracker
 
-            MlflowTracker(self.home).finish_run(run_id, status.value, values)
+            tracker = MlflowTracker(self.home)
+            if not run_id:
+                # Tracking was down at launch: create the run now, when possible.
+                run_id, exp_id = tracker.create_run(
+                    job_id=self.job_id,
+                    name=self.row["name"],
+                    experiment=self.spec.get("experiment"),
+                    config=self.spec.get("config") or {},
+                    tags=self.spec.get("tags") or {},
+                )
+                self.store.set_tracking(self.job_id, run_id, exp_id)
+            tracker.finish_run(run_id, status.value, values)
         except Exception as exc:
             message += f" (MLflow run not ended: {str(exc)[:120]})"
         return message
@@ -310,8 +321,11 @@ class Supervisor:
 
     def _warm_mlflow(self) -> None:
         # Import MLflow while the job runs, so ending the run at exit takes milliseconds.
+        # The attempt tag says which start of the job the run's latest values come from.
         try:
-            import mlflow.tracking  # noqa: F401
+            from air_skills.tracking import MlflowTracker
+
+            MlflowTracker(self.home).set_attempt(self.row["run_id"], self.row["attempts"])
         except Exception:
             pass
 

@@ -53,6 +53,7 @@ class MlflowTracker:
     @property
     def client(self) -> Any:
         if self._client is None:
+            self._check_server()
             try:
                 from mlflow.tracking import MlflowClient
 
@@ -66,6 +67,22 @@ class MlflowTracker:
                 ) from None
             self._client = client
         return self._client
+
+    def _check_server(self) -> None:
+        """Fail fast on a tracking server that is down (MLflow itself retries for minutes)."""
+        if not self.uri.startswith(("http://", "https://")):
+            return
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=3):
+                pass
+        except (OSError, urllib.error.URLError) as exc:
+            raise TrackingUnavailable(
+                f"MLflow server {self._shown_uri()} unreachable: {_short(exc)}",
+                hint="start the tracking server or fix MLFLOW_TRACKING_URI; jobs still run",
+            ) from None
 
     def _shown_uri(self) -> str:
         # Never show credentials that may sit in a tracking URI.
