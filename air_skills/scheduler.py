@@ -7,12 +7,30 @@ of the queue cannot use yet, without starving it: once a blocked job has waited 
 ``starvation_s`` (or, when every running job has a time limit, from the moment it is blocked:
 EASY backfill), it reserves GPUs and backfill may only use what it does not need.
 
-Jobs with ``gpus == 0`` run on CPU slots (``cpu_slots`` at once) and never touch GPUs.
+Quotas (``Inventory.quotas``, GPUs per project), after Kueue's nominal quota and borrowing:
+
+- each project with a quota is guaranteed that many GPUs; the projects without one share,
+  as one group, what the quotas leave of the pool (all of it when no quota is set);
+- a job that would take its group beyond its quota may still start on idle GPUs, as a
+  best-effort **borrowing** job; jobs within quota are placed first in every pass;
+- a job within its quota that cannot start reclaims GPUs from other groups' borrowing jobs
+  (they are requeued); a group's jobs within quota are never preempted by another group;
+- within a group, priority and age decide as without quotas: lower-priority ``preemptible``
+  jobs give way to higher-priority ones.
+
+Which running jobs count as borrowing is recomputed every pass (a group's jobs fill its quota
+by priority, then start time), so a borrower becomes a regular job once its group's earlier
+jobs end; ``Decision.relabels`` reports such changes.
+
+Jobs with ``gpus == 0`` run on CPU slots (``cpu_slots`` at once), never touch GPUs and do not
+count against quotas.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+SHARED = ""  # the group of every project without a quota
 
 
 @dataclass(frozen=True)
@@ -34,7 +52,7 @@ class RunningJob:
     preemptible: bool
     started_at: float
     project: str = "default"
-    borrowing: bool = False
+    borrowing: bool = False  # as recorded; the scheduler recomputes it (Decision.relabels)
     stopping: bool = False  # already asked to stop: its GPUs free up soon
     expected_end: float | None = None
 
@@ -43,7 +61,7 @@ class RunningJob:
 class Inventory:
     gpus: tuple[int, ...]  # schedulable GPUs: present, healthy, not cordoned
     cpu_slots: int = 2
-    quotas: dict[str, int] = field(default_factory=dict)
+    quotas: dict[str, int] = field(default_factory=dict)  # project -> guaranteed GPUs
     starvation_s: float = 30.0
 
 
@@ -59,6 +77,44 @@ class Decision:
     starts: list[Start] = field(default_factory=list)
     preempts: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)  # why a queued job still waits
+    preempt_reasons: dict[str, str] = field(default_factory=dict)  # why a running job is stopped
+    relabels: dict[str, bool] = field(default_factory=dict)  # running job -> borrowing, if changed
+
+
+def group_quotas(inv: Inventory) -> dict[str, int]:
+    """GPUs guaranteed to each quota group; the shared group gets what the quotas leave."""
+    if not inv.quotas:
+        return {}
+    out = dict(inv.quotas)
+    out[SHARED] = max(0, len(inv.gpus) - sum(inv.quotas.values()))
+    return out
+
+
+def group_of(project: str, inv: Inventory) -> str:
+    return project if project in inv.quotas else SHARED
+
+
+def borrowing_labels(running: list[RunningJob], inv: Inventory) -> dict[str, bool]:
+    """Which running jobs are beyond their group's quota: each group's jobs fill its quota in
+    order of priority, then start time; the rest borrow. Jobs already stopping keep their label
+    and count for nothing (their GPUs are on their way back)."""
+    quotas = group_quotas(inv)
+    labels = {r.job_id: False for r in running}
+    if not quotas:
+        return labels
+    used: dict[str, int] = {}
+    for r in sorted(running, key=lambda r: (-r.priority, r.started_at, r.job_id)):
+        if r.stopping:
+            labels[r.job_id] = r.borrowing
+            continue
+        if not r.gpus:
+            continue
+        g = group_of(r.project, inv)
+        if used.get(g, 0) + len(r.gpus) <= quotas[g]:
+            used[g] = used.get(g, 0) + len(r.gpus)
+        else:
+            labels[r.job_id] = True
+    return labels
 
 
 def schedule(
@@ -67,20 +123,24 @@ def schedule(
     """Decide which queued jobs start now (and on which GPUs) and which running jobs to preempt."""
     decision = Decision()
     pool = set(inv.gpus)
+    quotas = group_quotas(inv)
+    labels = borrowing_labels(running, inv)
+    decision.relabels = {
+        r.job_id: labels[r.job_id] for r in running if labels[r.job_id] != r.borrowing
+    }
     held = {g for r in running for g in r.gpus}
     free = sorted(pool - held)
     cpu_free = inv.cpu_slots - sum(1 for r in running if not r.gpus)
     reserved: set[int] = set()
     head_reserved: set[int] = set()  # the part of ``reserved`` held for the blocked head
-    usage: dict[str, int] = {}
-    for r in running:
-        if not r.borrowing and not r.stopping:
-            usage[r.project] = usage.get(r.project, 0) + len(r.gpus)
     victims_taken: set[str] = {r.job_id for r in running if r.stopping}
     # GPUs of jobs already asked to stop: claimed, in queue order, by the jobs that wait for them
     # (so a waiting job does not preempt a second round of victims).
     incoming = [g for r in running if r.stopping for g in r.gpus if g in pool]
     order = sorted(queued, key=lambda q: (-q.priority, q.seq))
+    within, used = _classify(order, running, labels, inv, quotas)
+    # Jobs within their quota are placed first; borrowers get what is idle after them.
+    order = [j for j in order if within[j.job_id]] + [j for j in order if not within[j.job_id]]
     head_blocked_at: float | None = None  # EASY: shadow time of the first blocked GPU job
 
     for job in order:
@@ -96,21 +156,22 @@ def schedule(
                 f"needs {job.gpus} GPUs; {len(pool)} schedulable (others cordoned or missing)"
             )
             continue
-        within_quota = _within_quota(job, usage, inv.quotas)
-        borrowing = bool(inv.quotas) and not within_quota
+        borrowing = not within[job.job_id]
         available = [g for g in free if g not in reserved]
         if head_blocked_at is not None and _may_backfill(job, now, head_blocked_at):
             # EASY: a job that ends before the head's start may use the head's reservation.
             available = [g for g in free if g not in reserved or g in head_reserved]
         fits_now = len(available) >= job.gpus
-        if fits_now and head_blocked_at is not None and not _may_backfill(job, now, head_blocked_at):
+        if (
+            fits_now
+            and head_blocked_at is not None
+            and not _may_backfill(job, now, head_blocked_at)
+        ):
             fits_now = False
         if fits_now:
             chosen = tuple(available[: job.gpus])
             decision.starts.append(Start(job.job_id, chosen, borrowing))
             free = [g for g in free if g not in chosen]
-            if not borrowing:
-                usage[job.project] = usage.get(job.project, 0) + job.gpus
             continue
 
         # Blocked. GPUs already on their way back come first, then preemption or reclaim.
@@ -120,10 +181,11 @@ def schedule(
             incoming = incoming[take:]
             decision.reasons[job.job_id] = "waiting for preempted jobs to release their GPUs"
             continue
-        victims = _pick_victims(job, running, victims_taken, available, within_quota, inv)
+        victims = _pick_victims(job, running, labels, victims_taken, available, not borrowing, inv)
         if victims is not None:
             for v in victims:
                 decision.preempts.append(v.job_id)
+                decision.preempt_reasons[v.job_id] = _preempt_reason(job, v, labels, inv)
                 victims_taken.add(v.job_id)
                 reserved.update(v.gpus)
             reserved.update(available[: max(0, job.gpus - sum(len(v.gpus) for v in victims))])
@@ -138,17 +200,64 @@ def schedule(
                 head_blocked_at = soon_free if soon_free is not None else float("inf")
                 head_reserved.update(available[: job.gpus])
         free_total = len([g for g in free if g not in reserved])
-        decision.reasons[job.job_id] = (
-            f"waiting for {job.gpus} GPUs; {free_total} free of {len(pool)}"
-        )
+        reason = f"waiting for {job.gpus} GPUs; {free_total} free of {len(pool)}"
+        if borrowing:
+            g = group_of(job.project, inv)
+            who = f"project {job.project}" if g != SHARED else "projects without a quota"
+            reason += (
+                f"; {who} at quota ({used.get(g, 0)}/{quotas[g]} GPUs), so it starts only on"
+                " idle GPUs (borrowing)"
+            )
+        decision.reasons[job.job_id] = reason
     return decision
 
 
-def _within_quota(job: QueuedJob, usage: dict[str, int], quotas: dict[str, int]) -> bool:
+def _classify(
+    order: list[QueuedJob],
+    running: list[RunningJob],
+    labels: dict[str, bool],
+    inv: Inventory,
+    quotas: dict[str, int],
+) -> tuple[dict[str, bool], dict[str, int]]:
+    """Which queued jobs fit in their group's quota (in queue order), and each group's use.
+
+    A job within quota keeps its share of the quota while it waits, so a later job of the same
+    group is not counted within quota on the same GPUs.
+    """
     if not quotas:
-        return True
-    quota = quotas.get(job.project)
-    return quota is not None and usage.get(job.project, 0) + job.gpus <= quota
+        return {j.job_id: True for j in order}, {}
+    used: dict[str, int] = {}
+    for r in running:
+        if r.gpus and not r.stopping and not labels[r.job_id]:
+            g = group_of(r.project, inv)
+            used[g] = used.get(g, 0) + len(r.gpus)
+    running_use = dict(used)
+    within: dict[str, bool] = {}
+    for job in order:
+        if job.gpus == 0:
+            within[job.job_id] = True
+            continue
+        g = group_of(job.project, inv)
+        fits = job.gpus <= len(inv.gpus) and used.get(g, 0) + job.gpus <= quotas[g]
+        within[job.job_id] = fits
+        if fits:
+            used[g] = used.get(g, 0) + job.gpus
+    return within, running_use
+
+
+def _preempt_reason(
+    job: QueuedJob, victim: RunningJob, labels: dict[str, bool], inv: Inventory
+) -> str:
+    if (
+        inv.quotas
+        and labels[victim.job_id]
+        and group_of(victim.project, inv) != group_of(job.project, inv)
+    ):
+        return (
+            f"preempted: project {job.project} reclaimed its GPU quota (this job was borrowing"
+            f" idle GPUs beyond project {victim.project}'s quota)"
+        )
+    return "preempted for a higher-priority job"
 
 
 def _may_backfill(job: QueuedJob, now: float, shadow: float) -> bool:
@@ -176,26 +285,35 @@ def _expected_free_at(
 def _pick_victims(
     job: QueuedJob,
     running: list[RunningJob],
+    labels: dict[str, bool],
     taken: set[str],
     available: list[int],
     within_quota: bool,
     inv: Inventory,
 ) -> list[RunningJob] | None:
-    """The fewest, cheapest running jobs whose GPUs let ``job`` start; None if impossible."""
+    """The fewest, cheapest running jobs whose GPUs let ``job`` start; None if impossible.
+
+    Another group's jobs are candidates only while they borrow: a job within its quota reclaims
+    them whatever their priority; a borrowing job may take them only by priority (preemptible,
+    lower). Within the job's own group, priority alone decides, as without quotas.
+    """
     pool = set(inv.gpus)
+    own = group_of(job.project, inv)
 
     def eligible(r: RunningJob) -> bool:
         if r.job_id in taken or not r.gpus:
             return False
-        if r.preemptible and r.priority < job.priority:
-            return True
-        # Quota reclaim: a job within its quota takes back GPUs lent to other projects.
-        return within_quota and bool(inv.quotas) and r.borrowing and r.project != job.project
+        by_priority = r.preemptible and r.priority < job.priority
+        if not inv.quotas or group_of(r.project, inv) == own:
+            return by_priority
+        if not labels[r.job_id]:
+            return False  # another group's jobs within quota are never taken
+        return within_quota or by_priority
 
     candidates = sorted(
         (r for r in running if eligible(r)),
         # borrowers first, then lowest priority, then the most recently started (least lost)
-        key=lambda r: (not r.borrowing, r.priority, -r.started_at),
+        key=lambda r: (not labels[r.job_id], r.priority, -r.started_at),
     )
     need = job.gpus - len(available)
     chosen: list[RunningJob] = []

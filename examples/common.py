@@ -24,7 +24,7 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def _type_problem(key: str, default: Any, value: Any) -> str | None:
-    """Says why `value` cannot replace `default`, or None when it can (an int may stand for a float)."""
+    """Why `value` cannot replace `default`, or None when it can (an int may stand for a float)."""
     if isinstance(default, bool) or isinstance(value, bool):
         ok = isinstance(default, bool) and isinstance(value, bool)
     elif isinstance(default, float):
@@ -62,7 +62,9 @@ def load_config(defaults: dict[str, Any], argv: list[str] | None = None) -> dict
         except (OSError, json.JSONDecodeError) as exc:
             fail(f"cannot read config AIR_CONFIG_FILE={path}: {exc}", EXIT_BAD_CONFIG)
         if not isinstance(data, dict):
-            fail(f"config {path} must hold a JSON object, not {type(data).__name__}", EXIT_BAD_CONFIG)
+            fail(
+                f"config {path} must hold a JSON object, not {type(data).__name__}", EXIT_BAD_CONFIG
+            )
         overrides += [(path, k, v) for k, v in data.items()]
     for arg in sys.argv[1:] if argv is None else argv:
         if not arg.startswith("--") or "=" not in arg:
@@ -172,7 +174,7 @@ def check_finite(loss: float, step: int, tracker: Tracker, hint: str) -> None:
     if math.isfinite(loss):
         return
     tracker.finish("FAILED")
-    fail(f"loss is {loss} at step {step}; training diverged ({hint})", EXIT_NON_FINITE)
+    fail(f"loss is {loss} at step {step}: training diverged; {hint}", EXIT_NON_FINITE)
 
 
 def checkpoint_path() -> Path | None:
@@ -211,4 +213,3 @@ def load_checkpoint(
             EXIT_BAD_CONFIG,
         )
     return state
-

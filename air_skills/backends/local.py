@@ -97,11 +97,11 @@ def schedule_pass(store: Store) -> list[str]:
         queued_rows = c.execute(
             "SELECT * FROM jobs WHERE status='QUEUED' AND backend='local' ORDER BY seq"
         ).fetchall()
-        if not queued_rows:
-            return []
         running_rows = c.execute(
             "SELECT * FROM jobs WHERE status='RUNNING' AND backend='local'"
         ).fetchall()
+        if not queued_rows and not running_rows:
+            return []
         quotas = {r["project"]: r["gpus"] for r in c.execute("SELECT * FROM quotas")}
         inv = Inventory(
             gpus=gpus,
@@ -114,7 +114,8 @@ def schedule_pass(store: Store) -> list[str]:
         )
         by_id = {r["job_id"]: r for r in running_rows}
         for job_id in decision.preempts:
-            if store.request_stop(c, job_id, "preempt", "preempted for a higher-priority job"):
+            why = decision.preempt_reasons.get(job_id, "preempted for a higher-priority job")
+            if store.request_stop(c, job_id, "preempt", why):
                 row = by_id[job_id]
                 if row["supervisor_pid"]:
                     to_signal.append((row["supervisor_pid"], row["supervisor_start"]))
@@ -125,6 +126,11 @@ def schedule_pass(store: Store) -> list[str]:
             cpus = specs[start.job_id].get("cpus") or share
             if store.start(c, start.job_id, list(start.gpus), cpus, start.borrowing):
                 started.append(start.job_id)
+        for job_id, borrowing in decision.relabels.items():  # quota use changed: who borrows
+            c.execute(
+                "UPDATE jobs SET borrowing=? WHERE job_id=? AND status='RUNNING'",
+                (int(borrowing), job_id),
+            )
         for job_id, reason in decision.reasons.items():
             c.execute(
                 "UPDATE jobs SET message=? WHERE job_id=? AND status='QUEUED' AND message != ?",

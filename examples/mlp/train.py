@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common  # noqa: E402
+import common
 
 DEFAULTS = {
     "lr": 3e-3,  # AdamW peak learning rate, cosine-decayed to 0 at `steps`
@@ -74,6 +74,8 @@ def main() -> None:
     common.set_threads()
     device = common.pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
+    ckpt_path = common.checkpoint_path()
+    state = common.load_checkpoint(ckpt_path, cfg, SHAPE_KEYS)
 
     x, y = make_dataset()
     x, y = x.to(device), y.to(device)
@@ -90,8 +92,6 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     batch_gen = torch.Generator().manual_seed(cfg["seed"])
 
-    ckpt_path = common.checkpoint_path()
-    state = common.load_checkpoint(ckpt_path, cfg, SHAPE_KEYS)
     tracker = common.Tracker(cfg)
     step = 0
     if state is not None:

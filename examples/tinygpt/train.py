@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common  # noqa: E402
+import common
 
 DEFAULTS = {
     "lr": 2e-3,  # AdamW learning rate, constant after a short warmup
@@ -29,7 +29,7 @@ DEFAULTS = {
     "dropout": 0.0,  # dropout probability, 0.0 to 0.5
     "block_size": 64,  # context length, in characters
     "batch_size": 16,  # sequences per optimizer step
-    "steps": 300,  # optimizer steps in all; a resumed run continues up to this
+    "steps": 500,  # optimizer steps in all; a resumed run continues up to this
     "warmup_steps": 20,  # steps of linear lr warmup
     "grad_clip": 1.0,  # max gradient norm; 0.0 disables clipping
     "eval_every": 50,  # steps between evaluations, metric logs and checkpoints
@@ -58,7 +58,9 @@ def load_corpus(data_file: str) -> str:
         except (OSError, UnicodeDecodeError) as exc:
             common.fail(f"data_file={data_file!r}: {exc}", common.EXIT_BAD_CONFIG)
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    parts = [(stdlib / n).read_text(encoding="utf-8") for n in STDLIB_FILES if (stdlib / n).exists()]
+    parts = [
+        (stdlib / n).read_text(encoding="utf-8") for n in STDLIB_FILES if (stdlib / n).exists()
+    ]
     if not parts:
         common.fail(f"no stdlib sources under {stdlib}; set data_file to a text file", 1)
     return "".join(parts)[:CORPUS_MAX_CHARS]
@@ -98,7 +100,9 @@ class TinyGPT(nn.Module):
         self.ln_f = nn.LayerNorm(n_embd)
         self.head = nn.Linear(n_embd, vocab, bias=False)
         self.head.weight = self.tok.weight  # tied, as in GPT-2
-        for m in self.modules():  # GPT-2's small init; PyTorch's N(0, 1) embeddings start at loss ~30
+        for (
+            m
+        ) in self.modules():  # GPT-2's small init; PyTorch's N(0, 1) embeddings start at loss ~30
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, std=0.02)
             if isinstance(m, nn.Linear) and m.bias is not None:
@@ -133,6 +137,8 @@ def main() -> None:
     common.set_threads()
     device = common.pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
+    ckpt_path = common.checkpoint_path()
+    state = common.load_checkpoint(ckpt_path, cfg, SHAPE_KEYS)
 
     text = load_corpus(cfg["data_file"])
     chars = sorted(set(text))
@@ -141,6 +147,8 @@ def main() -> None:
     n_val = int(len(data) * VAL_FRACTION)
     splits = {"train": data[:-n_val], "val": data[-n_val:]}
     block, batch = cfg["block_size"], cfg["batch_size"]
+    if n_val <= block + 1:
+        common.fail(f"corpus of {len(text)} chars is too short for block_size={block}", 2)
 
     def get_batch(split: str, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         d = splits[split]
@@ -158,8 +166,6 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
     batch_gen = torch.Generator().manual_seed(cfg["seed"])
 
-    ckpt_path = common.checkpoint_path()
-    state = common.load_checkpoint(ckpt_path, cfg, SHAPE_KEYS)
     tracker = common.Tracker(cfg)
     step = 0
     if state is not None:
@@ -211,7 +217,7 @@ def main() -> None:
             group["lr"] = cfg["lr"] * min(1.0, (step + 1) / max(1, cfg["warmup_steps"]))
         x, y = get_batch("train", batch_gen)
         loss = model(x, y)
-        common.check_finite(loss.item(), step, tracker, "lower lr or set grad_clip")
+        common.check_finite(loss.item(), step, tracker, "lower lr")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg["grad_clip"] > 0:

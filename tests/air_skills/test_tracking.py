@@ -31,14 +31,14 @@ print("tokens: 12345")
 """
 
 
-def launch_and_wait(client: Client, command: list[str], **kw: object):  # noqa: ANN201
+def launch_and_wait(client: Client, command: list[str], **kw: object):
     info = client.launch(JobSpec(command=command, **kw))  # type: ignore[arg-type]
     infos = client.wait([info.job_id], timeout_s=120)
     assert infos[0].status.is_terminal(), infos[0]
     return infos[0]
 
 
-def mlflow_run(client: Client, run_id: str):  # noqa: ANN201
+def mlflow_run(client: Client, run_id: str):
     return client.tracker.client.get_run(run_id)
 
 
@@ -118,7 +118,7 @@ def test_concurrent_launches_into_new_experiment(air_home: Path) -> None:
     assert len(runs) == 8 and {o[0].decode().strip() for o in outs} == {r.info.run_id for r in runs}
 
 
-def test_tracking_server_down_job_still_runs(client: Client, monkeypatch) -> None:  # noqa: ANN001
+def test_tracking_server_down_job_still_runs(client: Client, monkeypatch) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -131,7 +131,7 @@ def test_tracking_server_down_job_still_runs(client: Client, monkeypatch) -> Non
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("mlflow-server")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -177,7 +177,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         proc.wait()
 
 
-def test_http_tracking_server(client: Client, mlflow_server: str, monkeypatch) -> None:  # noqa: ANN001
+def test_http_tracking_server(client: Client, mlflow_server: str, monkeypatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     client = Client(client.home)
     info = launch_and_wait(client, [PY, "-c", STEP_LOGGER])
