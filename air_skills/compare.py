@@ -28,6 +28,8 @@ def compare_jobs(client: Client, job_ids: list[str], metric: str | None) -> list
     rows = [client._row(j) for j in job_ids]
     infos = [client.get(j) for j in job_ids]
     configs = [json.loads(r["spec"]).get("config", {}) for r in rows]
+    tracked = {r["run_id"]: r["experiment_id"] for r in rows if r["run_id"]}
+    latest_by_run = client.tracker.latest_many(tracked) if tracked else {}
     table = []
     for info, row, config in zip(infos, rows, configs):
         entry: dict[str, Any] = {
@@ -35,8 +37,8 @@ def compare_jobs(client: Client, job_ids: list[str], metric: str | None) -> list
             "status": info.status.value,
             "diff": config_diff(configs[0], config) if config is not configs[0] else {},
         }
+        latest = latest_by_run.get(row["run_id"], {})
         if row["run_id"] and metric:
-            latest = client.tracker.latest(row["run_id"])
             entry["latest"] = latest.get(metric)
             if metric in latest:
                 history = client.tracker.client.get_metric_history(row["run_id"], metric)
@@ -46,6 +48,6 @@ def compare_jobs(client: Client, job_ids: list[str], metric: str | None) -> list
                     entry["best"] = best.value
                     entry["step"] = max(m.step for m in history)
         elif row["run_id"]:
-            entry["latest"] = client.tracker.latest(row["run_id"])
+            entry["latest"] = latest
         table.append(entry)
     return table

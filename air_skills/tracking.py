@@ -177,6 +177,21 @@ class MlflowTracker:
                 run_id=run_id,
             ) from None
 
+    def latest_many(self, runs: dict[str, str]) -> dict[str, dict[str, float]]:
+        """Latest values of many runs ({run_id: experiment_id}) in few searches."""
+        out: dict[str, dict[str, float]] = {}
+        ids = [r for r in runs if r.isalnum()]
+        for i in range(0, len(ids), 100):
+            chunk = ids[i : i + 100]
+            quoted = ",".join(f"'{r}'" for r in chunk)
+            found = self.client.search_runs(
+                sorted({runs[r] for r in chunk}),
+                filter_string=f"attributes.run_id IN ({quoted})",
+                max_results=len(chunk),
+            )
+            out.update({r.info.run_id: dict(r.data.metrics) for r in found})
+        return out
+
     def history(
         self, run_id: str, keys: list[str], max_points: int, latest: dict[str, float] | None = None
     ) -> dict[str, list[list[float]]]:

@@ -203,3 +203,16 @@ def test_downsample_keeps_first_last_min_max() -> None:
     assert len(kept) <= 20
     steps = [p[0] for p in kept]
     assert {0, 999, 500, 700} <= set(steps) and steps == sorted(steps)
+
+
+def test_compare_jobs(client: Client) -> None:
+    code = (
+        "import json, os; c = json.load(open(os.environ['AIR_CONFIG_FILE']));"
+        " print('---'); print('val_loss:', c['lr'] * 10)"
+    )
+    a = launch_and_wait(client, [PY, "-c", code], config={"lr": 0.1, "depth": 2})
+    b = launch_and_wait(client, [PY, "-c", code], config={"lr": 0.01, "depth": 2})
+    table = client.compare([a.job_id, b.job_id], metric="val_loss")
+    assert [row["job_id"] for row in table] == [a.job_id, b.job_id]
+    assert table[0]["diff"] == {} and table[1]["diff"] == {"lr": 0.01}
+    assert table[1]["latest"] == pytest.approx(0.1) and table[1]["best"] == pytest.approx(0.1)
