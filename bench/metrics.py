@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 
-def populate(client, runs: int, steps: int) -> list[str]:  # noqa: ANN001
+def populate(client, runs: int, steps: int) -> list[str]:
     """Create jobs whose MLflow runs hold ``steps`` points of 3 metrics each."""
     from mlflow.entities import Metric
 
@@ -50,7 +50,7 @@ def populate(client, runs: int, steps: int) -> list[str]:  # noqa: ANN001
     return ids
 
 
-def timed(fn, repeat: int = 3) -> float:  # noqa: ANN001
+def timed(fn, repeat: int = 3) -> float:
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
