@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from air_skills.errors import AirError, InvalidInput, InvalidSpec
@@ -30,8 +31,8 @@ skills_app = typer.Typer(
 app.add_typer(quota_app, name="quota")
 app.add_typer(skills_app, name="skills")
 
-out = Console()
-err = Console(stderr=True)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 JsonOpt = typer.Option(False, "--json", help="print JSON for agents and scripts")
 
 STATUS_STYLE = {
@@ -75,14 +76,16 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if kwargs.get("as_json"):
                 sys.stdout.write(json.dumps({"error": exc.to_dict()}, default=str) + "\n")
             else:
-                err.print(f"[bold red]error[{exc.code}][/]: {exc.message}", highlight=False)
+                err.print(
+                    f"[bold red]error\\[{exc.code}][/]: {escape(exc.message)}", highlight=False
+                )
                 if getattr(exc, "problems", None) and not exc.message.endswith(
                     "; ".join(exc.problems)
                 ):
                     for p in exc.problems:
-                        err.print(f"  - {p}", highlight=False)
+                        err.print(f"  - {escape(p)}", highlight=False)
                 if exc.hint:
-                    err.print(f"[bold]hint[/]: {exc.hint}", highlight=False)
+                    err.print(f"[bold]hint[/]: {escape(exc.hint)}", highlight=False)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
@@ -476,9 +479,13 @@ def gpus(as_json: bool = JsonOpt) -> None:
             health,
             "[red]yes[/]" if g.cordoned else "no",
             jobs_text,
-            g.reason or "",
+            escape(g.reason or ""),
         )
     out.print(t)
+    from air_skills.health import pool_notes
+
+    for line in pool_notes(items):
+        out.print(line, highlight=False, markup=False)
 
 
 @app.command()
@@ -502,7 +509,17 @@ def uncordon(
 ) -> None:
     """Bring a GPU back after a passing check."""
     info = _client().uncordon(gpu, force=force)
-    emit_json(info) if as_json else out.print(f"GPU {gpu} back in the pool")
+    if as_json:
+        emit_json(info)
+    elif info.health != "ok":  # only --force gets here while the check fails
+        out.print(
+            f"GPU {gpu} back in the pool, forced past a failing check ({info.reason});"
+            " recorded. Each job's preflight still checks it",
+            highlight=False,
+            markup=False,
+        )
+    else:
+        out.print(f"GPU {gpu} back in the pool (its check passes)")
 
 
 @app.command()
@@ -589,9 +606,10 @@ def quota_set(
 @handle_errors
 def quota_ls(as_json: bool = JsonOpt) -> None:
     """Quotas and who uses what."""
-    from air_skills.quotas import list_quotas
+    from air_skills.quotas import list_quotas, shared_gpus
 
-    rows = list_quotas(_client())
+    client = _client()
+    rows = list_quotas(client)
     if as_json:
         emit_json(rows)
         return
@@ -602,6 +620,17 @@ def quota_ls(as_json: bool = JsonOpt) -> None:
         quota = "-" if r["quota"] is None else str(r["quota"])
         t.add_row(r["project"], quota, str(r["in_use"]), str(r["borrowing"]), str(r["queued"]))
     out.print(t)
+    out.print(f"projects without a quota (-) share {shared_gpus(client)} GPUs", highlight=False)
+
+
+@quota_app.command("rm")
+@handle_errors
+def quota_rm(project: str = typer.Argument(...), as_json: bool = JsonOpt) -> None:
+    """Drop PROJECT's quota: its jobs then share what the other quotas leave."""
+    from air_skills.quotas import remove_quota
+
+    result = remove_quota(_client(), project)
+    emit_json(result) if as_json else out.print(f"project {project}: quota removed")
 
 
 @skills_app.command("install")
@@ -620,7 +649,8 @@ def skills_install(
         emit_json(written)
     else:
         for item in written["files"]:
-            out.print(f"{item['action']:>9}  {item['path']}", highlight=False)
+            out.print(f"{item['action']:>9}  {item['path']}", highlight=False, markup=False)
+        err.print(f"skills: {', '.join(written['skills'])} in {written['dir']}", markup=False)
 
 
 @app.command("mcp-config")
@@ -638,8 +668,9 @@ def mcp_config(
         emit_json(result)
     else:
         out.print(result["text"], highlight=False, markup=False)
-        if result.get("written"):
-            err.print(f"written: {result['written']} (backup: {result.get('backup') or 'none'})")
+        if write:
+            backup = result.get("backup") or "none"
+            err.print(f"{result['action']}: {result['path']} (backup: {backup})", markup=False)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ conditional update: a write that would leave one changes nothing and reports Fal
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sqlite3
 import time
@@ -92,6 +93,23 @@ CREATE TABLE IF NOT EXISTS settings (
 """
 
 
+SCHEMA_VERSION = 1  # raise it with every schema change: older homes gain the new columns
+
+
+def _schema_columns() -> dict[str, dict[str, str]]:
+    """{table: {column: declaration}} as SCHEMA declares them."""
+    tables: dict[str, dict[str, str]] = {}
+    for block in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", SCHEMA, re.S):
+        name, body = block
+        cols = {}
+        for line in body.strip().splitlines():
+            col, _, decl = line.strip().rstrip(",").partition(" ")
+            # A column added later cannot be PRIMARY KEY/UNIQUE in SQLite: keep the type.
+            cols[col] = decl.replace("PRIMARY KEY AUTOINCREMENT", "").replace("UNIQUE", "")
+        tables[name] = cols
+    return tables
+
+
 def new_job_id() -> str:
     return "job-" + secrets.token_hex(5)
 
@@ -112,16 +130,25 @@ class Store:
             self.conn.execute("PRAGMA synchronous = NORMAL")
             if mode != "wal":
                 raise sqlite3.OperationalError(f"journal mode is {mode}, not wal")
-            if not self._has_schema():
-                self.conn.executescript(SCHEMA)
+            if self.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                self._migrate()
         except sqlite3.DatabaseError as exc:
             raise self._wrap(exc) from None
 
-    def _has_schema(self) -> bool:
-        row = self.conn.execute(
-            "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='settings'"
-        ).fetchone()
-        return bool(row[0])
+    def _migrate(self) -> None:
+        """Create the tables, and add the columns that an older AIR_HOME lacks."""
+        with self.tx() as c:
+            if c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                return
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    c.execute(statement)
+            for table, columns in _schema_columns().items():
+                have = {r["name"] for r in c.execute(f"PRAGMA table_info({table})")}
+                for name, decl in columns.items():
+                    if name not in have:
+                        c.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+            c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _wrap(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)
@@ -280,6 +307,24 @@ class Store:
                 f"UPDATE jobs SET message=? WHERE job_id=? AND status NOT IN {_TERMINAL_SQL}",
                 (message, job_id),
             )
+
+    def set_backend_ref(
+        self, job_id: str, ref: str, *, expected: str | None = None, message: str | None = None
+    ) -> bool:
+        """Record a live job's handle on its backend (for Ray: submission id and address).
+
+        Conditional on the current handle being ``expected``: of two processes that resubmit
+        the same job, only one wins. Returns whether it was written.
+        """
+        with self.tx() as c:
+            cur = c.execute(
+                "UPDATE jobs SET backend_ref=?, message=coalesce(?, message) WHERE job_id=?"
+                f" AND backend_ref IS ? AND status NOT IN {_TERMINAL_SQL}",
+                (ref, message, job_id, expected),
+            )
+            if cur.rowcount:
+                self._event(c, job_id, "submitted", f"submitted to the backend as {ref}")
+            return bool(cur.rowcount)
 
     def finish(
         self,
@@ -449,4 +494,14 @@ def row_to_info(row: sqlite3.Row) -> JobInfo:
         backend=row["backend"],
         project=row["project"],
         borrowing=bool(row["borrowing"]),
+        data=_data_refs(row["spec"]),
     )
+
+
+def _data_refs(spec_json: str) -> list[str]:
+    data = json.loads(spec_json).get("data")
+    if not data:
+        return []
+    from air_skills.data import data_refs
+
+    return data_refs(data)
