@@ -5,148 +5,63 @@ with the job's environment, sends its output to the job's log, enforces the time
 cancel and preemption (SIGTERM, then SIGKILL after a grace period), watches GPU health,
 records the exit, ends the MLflow run, and runs a scheduling pass so queued jobs start at once.
 
-Run as ``python -m air_skills.supervisor JOB_ID`` with AIR_HOME set.
+Run as ``python -m air_skills.supervisor JOB_ID`` with AIR_HOME set; with
+``--job-pid PID`` when the spawner already started the command (then it is this process's
+child: the spawner's child started it and became this process by exec), or
+``--start-error TEXT`` when that start failed. When its job ends, the supervisor records
+the end and runs a scheduling pass in one transaction, and supervises the first job that
+the pass starts itself, so a stream of short jobs costs no interpreter boot per job.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from air_skills import proc
-from air_skills.backends.local import MAX_INFRA_RETRIES, schedule_pass, thread_caps
+from air_skills.backends import local
+from air_skills.backends.local import MAX_INFRA_RETRIES, thread_caps
 from air_skills.gpus import GpuFault, provider
 from air_skills.status import JobStatus
 from air_skills.store import Store
 
 GRACE_S = float(os.environ.get("AIR_GRACE_S", "10"))
 HEALTH_INTERVAL_S = float(os.environ.get("AIR_HEALTH_INTERVAL_S", "5"))
-POLL_S = 0.05
+POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll this often
+_WAKE_FD: int | None = None  # read end of the signal wakeup pipe (set by main)
 
 
-class Supervisor:
-    def __init__(self, home: Path, job_id: str) -> None:
-        self.home = home
-        self.job_id = job_id
-        self.store = Store(home)
-        self.stop_signal = threading.Event()
-        self.child: subprocess.Popen[bytes] | None = None
-        self.infra_faults: list[GpuFault] = []
-        self.timed_out = False
-        self._mlflow_ready = threading.Event()
+@dataclass(frozen=True)
+class CommandLaunch:
+    """How to start one attempt of a job's command: argv, folder, environment and log."""
 
-    # --- the whole life of one attempt ----------------------------------------------------
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    log_path: str
+    banner: bytes = b""  # written to the log first (a later attempt says so)
 
-    def run(self) -> None:
-        row = self.store.row(self.job_id)
-        if row is None or row["status"] != "RUNNING" or row["supervisor_pid"]:
-            return
-        self.store.set_supervisor(self.job_id, os.getpid(), proc.start_time(os.getpid()) or "")
-        signal.signal(signal.SIGTERM, lambda *_: self.stop_signal.set())
-        signal.signal(signal.SIGINT, lambda *_: self.stop_signal.set())
-        self.spec: dict[str, Any] = json.loads(row["spec"])
-        self.gpus: list[int] = json.loads(row["gpus"])
-        self.row = row
-        if row["run_id"]:
-            threading.Thread(target=self._warm_mlflow, daemon=True).start()
+    def popen(self) -> subprocess.Popen[bytes]:
+        """Start it (argv, never a shell) in its own process group, output to the log."""
+        log = open(self.log_path, "ab")
         try:
-            self._attempt(row)
-        finally:
-            self.store.close()
-        # The jobs this attempt made room for start now, not at the next client call.
-        schedule_pass(Store(self.home))
-
-    def _attempt(self, row: Any) -> None:
-        if self._stop_request() == "cancel":
-            self._finish(JobStatus.CANCELLED, f"CANCELLED: {row['stop_reason']}")
-            return
-        faults = [f for f in provider().faults(self.gpus) if f.critical and f.index >= 0]
-        if faults:
-            self._infra_failure(faults, "preflight")
-            return
-        job_dir = self.home / "jobs" / self.job_id
-        try:
-            self.child = self._start(job_dir)
-        except FileNotFoundError:
-            self._finish(
-                JobStatus.FAILED,
-                f"FAILED: command not found: {self.spec['command'][0]!r}."
-                " Next: check the program name and PATH, then relaunch",
-                exit_code=127,
-                failure_kind="user",
-            )
-            return
-        except PermissionError:
-            self._finish(
-                JobStatus.FAILED,
-                f"FAILED: permission denied running {self.spec['command'][0]!r}."
-                " Next: make it executable or run it through its interpreter",
-                exit_code=126,
-                failure_kind="user",
-            )
-            return
-        except NotADirectoryError as exc:
-            self._finish(
-                JobStatus.FAILED,
-                f"FAILED: {exc}. Next: fix the job's workdir",
-                exit_code=126,
-                failure_kind="user",
-            )
-            return
-        pid = self.child.pid
-        self.store.set_running(
-            self.job_id,
-            pid,
-            proc.start_time(pid) or "",
-            f"RUNNING on GPUs {self.gpus}" if self.gpus else "RUNNING on CPU",
-        )
-        rc = self._watch()
-        self._record_exit(rc)
-
-    def _start(self, job_dir: Path) -> subprocess.Popen[bytes]:
-        spec = self.spec
-        ckpt = job_dir / "checkpoints"
-        ckpt.mkdir(exist_ok=True)
-        env = dict(os.environ)
-        for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
-            env.pop(key, None)
-        env.update(thread_caps(self.row["cpus"] or 1))
-        env.update(
-            {
-                "AIR_JOB_ID": self.job_id,
-                "AIR_CONFIG_FILE": os.fspath(job_dir / "config.json"),
-                "AIR_CHECKPOINT_DIR": os.fspath(ckpt),
-                "AIR_DATA_DIR": os.fspath(job_dir / "data"),
-                "AIR_ATTEMPT": str(self.row["attempts"]),
-                "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        if self.row["run_id"]:
-            from air_skills.tracking import tracking_uri
-
-            env["MLFLOW_TRACKING_URI"] = tracking_uri(self.home)
-            env["MLFLOW_RUN_ID"] = self.row["run_id"]
-            env["MLFLOW_EXPERIMENT_ID"] = self.row["experiment_id"] or ""
-        env.update(spec.get("env") or {})
-        log = open(self.row["log_path"], "ab")
-        try:
-            if self.row["attempts"] > 1:
-                log.write(
-                    f"[air] attempt {self.row['attempts']} on GPUs {self.gpus}\n".encode()
-                )
+            if self.banner:
+                log.write(self.banner)
                 log.flush()
             return subprocess.Popen(
-                spec["command"],
-                cwd=spec.get("workdir") or None,
-                env=env,
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -156,18 +71,262 @@ class Supervisor:
         finally:
             log.close()
 
+
+def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) -> CommandLaunch:
+    """The launch of a started job's command, from its record: what the job receives."""
+    job_id = row["job_id"]
+    job_dir = home / "jobs" / job_id
+    ckpt = job_dir / "checkpoints"
+    ckpt.mkdir(exist_ok=True)
+    env = dict(os.environ)
+    for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
+        env.pop(key, None)
+    env.update(thread_caps(row["cpus"] or 1))
+    env.update(
+        {
+            "AIR_HOME": os.fspath(home),
+            "AIR_JOB_ID": job_id,
+            "AIR_CONFIG_FILE": os.fspath(job_dir / "config.json"),
+            "AIR_CHECKPOINT_DIR": os.fspath(ckpt),
+            "AIR_DATA_DIR": os.fspath(job_dir / "data"),
+            "AIR_ATTEMPT": str(row["attempts"]),
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+            # CUDA numbers GPUs fastest-first by default; NVML (and our indices) by PCI bus.
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if row["run_id"]:
+        from air_skills.tracking import tracking_uri
+
+        env["MLFLOW_TRACKING_URI"] = tracking_uri(home)
+        env["MLFLOW_RUN_ID"] = row["run_id"]
+        env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
+    env.update(spec.get("env") or {})
+    banner = b""
+    if row["attempts"] > 1:
+        banner = f"[air] attempt {row['attempts']} on GPUs {gpus}\n".encode()
+    return CommandLaunch(
+        list(spec["command"]), spec.get("workdir") or None, env, row["log_path"], banner
+    )
+
+
+class _StartedChild:
+    """A command that the spawner started before this interpreter booted (still our child)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not ours after all: its exit status is lost
+                self.returncode = 255
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (rc := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.01)
+        return rc
+
+
+_SELF_START: str | None = None
+
+
+def _self_start() -> str:
+    global _SELF_START
+    if _SELF_START is None:
+        _SELF_START = proc.start_time(os.getpid()) or ""
+    return _SELF_START
+
+
+class Supervisor:
+    def __init__(
+        self,
+        home: Path,
+        job_id: str,
+        store: Store | None = None,
+        job_pid: int | None = None,
+        start_error: str | None = None,
+    ) -> None:
+        self.home = home
+        self.job_id = job_id
+        self.store = store or Store(home)
+        self.job_pid = job_pid  # the command, when the spawner started it
+        self.start_error = start_error  # why the spawner could not start it
+        self.stop_signal = threading.Event()
+        self.poke = threading.Event()  # STOP_SIGNAL: read the stop request now
+        self._outcome: tuple[Callable[..., bool], tuple[Any, ...], dict[str, Any]] | None = None
+        self.child: subprocess.Popen[bytes] | _StartedChild | None = None
+        self.infra_faults: list[GpuFault] = []
+        self.timed_out = False
+        self._warm: threading.Thread | None = None
+
+    # --- the whole life of one attempt ----------------------------------------------------
+
+    def run(self) -> str | None:
+        """Supervise the attempt; returns a job that this process is to supervise next."""
+        row = self.store.row(self.job_id)
+        me = os.getpid()
+        if row is None or row["status"] != "RUNNING" or row["supervisor_pid"] not in (None, me):
+            if self.job_pid:  # started for a record that is not ours: it must not run alone
+                proc.kill_group(self.job_pid)
+            return None
+        if row["supervisor_pid"] is None:
+            self.store.set_supervisor(self.job_id, me, _self_start())
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_signal.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop_signal.set())
+        signal.signal(local.STOP_SIGNAL, lambda *_: self.poke.set())
+        self.spec: dict[str, Any] = json.loads(row["spec"])
+        self.gpus: list[int] = json.loads(row["gpus"])
+        self.row = row
+        if row["run_id"]:
+            self._warm = threading.Thread(target=self._warm_mlflow, daemon=True)
+            self._warm.start()
+        self._attempt(row)
+        return self._commit()
+
+    def _commit(self) -> str | None:
+        """Record the attempt's end and run a scheduling pass, in one transaction.
+
+        The jobs this attempt made room for start now, not at the next client call, and no
+        other pass can see the GPUs free in between. The first job started is returned for
+        this process to supervise (unless it was asked to stop).
+        """
+        gpus = local.schedulable_gpus(self.store)
+        adopt = None if self.stop_signal.is_set() else (os.getpid(), _self_start())
+        try:
+            with self.store.tx() as c:
+                if self._outcome is not None:
+                    change, args, kwargs = self._outcome
+                    change(*args, c=c, **kwargs)
+                result = local.pass_in_tx(self.store, c, gpus, adopt)
+        except Exception:
+            if self._outcome is not None:  # a failing pass must not lose the job's end
+                change, args, kwargs = self._outcome
+                change(*args, **kwargs)
+            raise
+        local.after_pass(self.store, result)
+        return result.adopted
+
+    def _settle(self, change: Callable[..., bool], *args: Any, **kwargs: Any) -> None:
+        """The attempt's end (store.finish or store.requeue), recorded by _commit."""
+        self._outcome = (change, args, kwargs)
+
+    def _attempt(self, row: Any) -> None:
+        if self.job_pid is not None or self.start_error is not None:
+            self._attempt_started(row)
+            return
+        if self._stop_request() == "cancel":
+            self._finish(JobStatus.CANCELLED, f"CANCELLED: {row['stop_reason']}")
+            return
+        checked = provider().faults(self.gpus) if self.gpus else []
+        for note in dict.fromkeys(f.detail for f in checked if f.index < 0):
+            self.store.event(self.job_id, "health-warning", f"GPU check problem: {note}")
+        faults = [f for f in checked if f.critical and f.index >= 0]
+        if faults:
+            self._infra_failure(faults, "preflight")
+            return
+        if self.gpus and self.spec.get("deep_preflight"):
+            from air_skills.preflight import deep_preflight_faults
+
+            faults = deep_preflight_faults(self.gpus, self.row["log_path"])
+            if faults:
+                self._infra_failure(faults, "deep preflight")
+                return
+        job_dir = self.home / "jobs" / self.job_id
+        try:
+            self.child = self._start(job_dir)
+        except OSError as exc:
+            self._start_failed(type(exc).__name__, str(exc))
+            return
+        pid = self.child.pid
+        self.store.set_running(
+            self.job_id, pid, proc.start_time(pid) or "", local.running_message(self.gpus)
+        )
+        rc = self._watch()
+        self._record_exit(rc)
+
+    def _attempt_started(self, row: Any) -> None:
+        """The spawner ran the quick preflight and started the command before we booted."""
+        if self.start_error is not None:
+            kind, _, text = self.start_error.partition(":")
+            self._start_failed(kind, text)
+            return
+        assert self.job_pid is not None
+        self.child = _StartedChild(self.job_pid)
+        if row["job_pid"] != self.job_pid:  # the spawner could not record it
+            self.store.set_running(
+                self.job_id,
+                self.job_pid,
+                proc.start_time(self.job_pid) or "",
+                local.running_message(self.gpus),
+            )
+        rc = self._watch()
+        self._record_exit(rc)
+
+    def _start_failed(self, kind: str, text: str) -> None:
+        """The command could not start (an OSError's class name and text): the user's to fix."""
+        program = self.spec["command"][0]
+        if kind == "FileNotFoundError":
+            message = (
+                f"FAILED: command not found: {program!r}."
+                " Next: check the program name and PATH, then relaunch"
+            )
+            code = 127
+        elif kind == "PermissionError":
+            message = (
+                f"FAILED: permission denied running {program!r}."
+                " Next: make it executable or run it through its interpreter"
+            )
+            code = 126
+        else:
+            message = f"FAILED: {text or kind}. Next: fix the job's command or workdir"
+            code = 126
+        self._finish(JobStatus.FAILED, message, exit_code=code, failure_kind="user")
+
+    def _start(self, job_dir: Path) -> subprocess.Popen[bytes]:
+        return command_launch(self.home, self.row, self.spec, self.gpus).popen()
+
     def _watch(self) -> int:
         child = self.child
         assert child is not None
         timeout_min = self.spec.get("timeout_min")
         deadline = time.monotonic() + timeout_min * 60 if timeout_min else None
         next_health = time.monotonic() + HEALTH_INTERVAL_S
-        next_db_check = time.monotonic() + 1.0
+        # Started before this process could hear of a cancel: read the stop request at once.
+        next_db_check = time.monotonic() + (0.0 if self.job_pid else 1.0)
+        pidfd = _pidfd(child.pid)
+        try:
+            return self._watch_loop(child, deadline, next_health, next_db_check, pidfd)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _watch_loop(
+        self,
+        child: subprocess.Popen[bytes] | _StartedChild,
+        deadline: float | None,
+        next_health: float,
+        next_db_check: float,
+        pidfd: int | None,
+    ) -> int:
         while True:
             rc = child.poll()
             if rc is not None:
                 return rc
             now = time.monotonic()
+            if self.poke.is_set():  # a stop request was recorded: read it now
+                self.poke.clear()
+                next_db_check = now
             if self.stop_signal.is_set() or (now >= next_db_check and self._stop_request()):
                 return self._terminate()
             if now >= next_db_check:
@@ -181,7 +340,24 @@ class Supervisor:
                 if faults:
                     self.infra_faults = faults
                     return self._terminate()
-            self.stop_signal.wait(POLL_S)
+            wake = min(next_db_check, next_health if self.gpus else next_db_check)
+            if deadline is not None:
+                wake = min(wake, deadline)
+            self._sleep(pidfd, wake - time.monotonic())
+
+    def _sleep(self, pidfd: int | None, timeout_s: float) -> None:
+        """Until the command exits, a signal arrives, or the timeout: no polling delay."""
+        timeout_s = max(0.0, timeout_s)
+        if pidfd is None or _WAKE_FD is None:
+            self.stop_signal.wait(min(timeout_s, POLL_S))
+            return
+        ready, _, _ = select.select([pidfd, _WAKE_FD], [], [], timeout_s)
+        if _WAKE_FD in ready:
+            try:
+                while os.read(_WAKE_FD, 256):
+                    pass
+            except BlockingIOError:
+                pass
 
     def _terminate(self) -> int:
         child = self.child
@@ -207,7 +383,8 @@ class Supervisor:
             self._finish(JobStatus.CANCELLED, f"CANCELLED: {reason}", code, sig)
         elif stop == "preempt":
             why = self.store.row(self.job_id)["stop_reason"] or "preempted"
-            self.store.requeue(
+            self._settle(
+                self.store.requeue,
                 self.job_id,
                 kind="preempted",
                 message=f"QUEUED: {why}; it resumes with the same id and AIR_CHECKPOINT_DIR",
@@ -229,7 +406,8 @@ class Supervisor:
             how = f"exited with code {rc}" if rc > 0 else f"was killed by {sig}"
             row = self.store.row(self.job_id)
             if row["user_retries"] < self.spec.get("max_retries", 0):
-                self.store.requeue(
+                self._settle(
+                    self.store.requeue,
                     self.job_id,
                     kind="user",
                     message=f"QUEUED: {how}; retry {row['user_retries'] + 1} of"
@@ -249,16 +427,20 @@ class Supervisor:
 
     def _infra_failure(self, faults: list[GpuFault], when: str) -> None:
         detail = "; ".join(f.describe() for f in faults)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for idx in sorted({f.index for f in faults}):
             reason = "; ".join(f"{f.kind}: {f.detail}" for f in faults if f.index == idx)
-            self.store.cordon(idx, f"{when}: {reason}", health="unhealthy")
+            self.store.cordon(
+                idx, f"{reason} ({when}, job {self.job_id}, {stamp})", health="unhealthy"
+            )
         row = self.store.row(self.job_id)
         if row["infra_retries"] < MAX_INFRA_RETRIES:
-            self.store.requeue(
+            self._settle(
+                self.store.requeue,
                 self.job_id,
                 kind="infra",
                 message=f"QUEUED: GPU fault {when} ({detail}); GPU cordoned, the job restarts on"
-                " healthy GPUs (infra failure, not its own)",
+                " healthy GPUs (failure_kind: infra, not its own code)",
             )
         else:
             self._finish(
@@ -276,8 +458,15 @@ class Supervisor:
         sig: str | None = None,
         failure_kind: str | None = None,
     ) -> None:
+        if self.spec.get("data"):  # inputs fingerprinted again: did the job's data change?
+            from air_skills.data import exit_note
+
+            if self._warm is not None:  # exit_note may import MLflow: one thread at a time
+                self._warm.join(timeout=60)
+            message += exit_note(self.home, self.spec["data"], self.row["run_id"])
         message = self._end_run(status, message)
-        self.store.finish(
+        self._settle(
+            self.store.finish,
             self.job_id,
             status,
             message=message,
@@ -296,6 +485,9 @@ class Supervisor:
         run_id = self.row["run_id"]
         if not run_id and not self.spec.get("track", True):
             return message
+        if self._warm is not None:
+            # Importing MLflow from two threads at once breaks it: let the warm-up finish.
+            self._warm.join(timeout=60)
         try:
             from air_skills.tracking import MlflowTracker
 
@@ -330,10 +522,45 @@ class Supervisor:
             pass
 
 
-def main() -> None:
-    job_id = sys.argv[1]
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux 5.3+), or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _install_wakeup() -> None:
+    """Signals wake the watch loop's select at once (their handlers only set flags)."""
+    global _WAKE_FD
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    _WAKE_FD = read_end
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``JOB_ID [--job-pid PID | --start-error TEXT]``; AIR_HOME names the home."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    job_id = args.pop(0)
+    options = dict(zip(args[::2], args[1::2], strict=True))
     home = Path(os.environ["AIR_HOME"])
-    Supervisor(home, job_id).run()
+    job_pid = options.get("--job-pid")
+    _install_wakeup()
+    store = Store(home)
+    try:
+        next_job = Supervisor(
+            home,
+            job_id,
+            store,
+            job_pid=int(job_pid) if job_pid else None,
+            start_error=options.get("--start-error"),
+        ).run()
+        while next_job:  # the pass started it for this process: no interpreter boot per job
+            next_job = Supervisor(home, next_job, store).run()
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":
