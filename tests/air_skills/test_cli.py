@@ -59,7 +59,8 @@ def test_done_when_gpu_index_in_logs(air_home: Path, monkeypatch: pytest.MonkeyP
 def test_launch_from_spec_file_with_overrides(air_home: Path, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(
-        "command: [python, -c, \"import json,os; print(json.load(open(os.environ['AIR_CONFIG_FILE'])))\"]\n"
+        "command: [python, -c, \"import json,os;"
+        " print(json.load(open(os.environ['AIR_CONFIG_FILE'])))\"]\n"
         "name: from-file\nconfig: {lr: 0.1, steps: 5}\ntrack: false\n"
     )
     info = json.loads(air("launch", str(spec), "--set", "lr=0.5", "--json").stdout)
