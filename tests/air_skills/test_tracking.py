@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -216,3 +217,35 @@ def test_compare_jobs(client: Client) -> None:
     assert [row["job_id"] for row in table] == [a.job_id, b.job_id]
     assert table[0]["diff"] == {} and table[1]["diff"] == {"lr": 0.01}
     assert table[1]["latest"] == pytest.approx(0.1) and table[1]["best"] == pytest.approx(0.1)
+
+
+def test_air_ui_serves_the_run(client: Client) -> None:
+    info = launch_and_wait(client, [PY, "-c", "print('---'); print('val_loss: 0.5')"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    air = str(Path(PY).parent / "air")
+    proc = subprocess.Popen(
+        [air, "ui", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/get?run_id={info.run_id}"
+
+    def served() -> bytes | None:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return resp.read()
+        except OSError:
+            assert proc.poll() is None, "air ui exited"
+            return None
+
+    try:
+        body = json.loads(wait_until(served, timeout_s=120, every_s=0.3))
+        assert body["run"]["data"]["metrics"][0]["key"] == "val_loss"
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    assert f"http://127.0.0.1:{port}" in proc.stdout.read()
