@@ -22,7 +22,18 @@ _EXPORTS = {
     "AirError": "air_skills.errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "AirError",
+    "Client",
+    "GpuInfo",
+    "JobInfo",
+    "JobSpec",
+    "JobStatus",
+    "LogChunk",
+    "Metrics",
+    "Page",
+    "__version__",
+]
 
 if TYPE_CHECKING:
     from air_skills.client import Client

@@ -60,7 +60,11 @@ class Client:
         With ``dry_run`` nothing is recorded: the returned info says what would happen.
         """
         spec = JobSpec.parse(spec)
+        if "backend" not in spec.model_fields_set and self.store.setting("backend"):
+            # AIR_HOME's default backend (python -m air_skills.backends.ray config --backend)
+            spec = spec.model_copy(update={"backend": self.store.setting("backend")})
         spec = self._resolve(spec)
+        spec = self._check_data(spec)  # refused data inputs: nothing is created
         if spec.backend == "ray":
             from air_skills.backends.ray import RayBackend
 
@@ -101,7 +105,7 @@ class Client:
         if not created:  # a concurrent caller with the same idempotency key won
             self._discard(jdir, run_id)
             return self.get(got)
-        local.schedule_pass(self.store)
+        local.schedule_pass(self.store, new_job=job_id)
         return self.get(job_id)
 
     def _resolve(self, spec: JobSpec) -> JobSpec:
@@ -126,6 +130,14 @@ class Client:
                 requested=spec.gpus,
                 available=total,
             )
+
+    def _check_data(self, spec: JobSpec) -> JobSpec:
+        """Resolve data inputs under AIR_DATA_ROOTS and fingerprint them (real paths, digests)."""
+        if not spec.data:
+            return spec
+        from air_skills.data import prepare_inputs
+
+        return spec.model_copy(update={"data": prepare_inputs(spec.data, self.home, spec.workdir)})
 
     def _link_data(self, spec: JobSpec, jdir: Path) -> None:
         if not spec.data:
@@ -158,6 +170,7 @@ class Client:
             created_at=datetime.now(UTC),
             backend=spec.backend,
             project=spec.project or "default",
+            data=[f"{d.name}@{(d.digest or '?')[:12]}" for d in spec.data],
         )
 
     def _discard(self, jdir: Path, run_id: str | None) -> None:
@@ -220,6 +233,9 @@ class Client:
             where.append("json_extract(spec, '$.experiment') IS ?")
             args.append(experiment)
         if project is not None:
+            from air_skills.quotas import check_project
+
+            check_project(self, project)  # a typo lists the known projects, not an empty page
             where.append("project=?")
             args.append(project)
         if cursor:
@@ -242,6 +258,10 @@ class Client:
     def logs(self, job_id: str, tail: int | None = 100, offset: int | None = None) -> LogChunk:
         """The last ``tail`` lines, or (with ``offset``) the bytes from that offset on."""
         row = self._row(job_id)
+        if row["backend"] == "ray":  # Ray holds the output: bring the log file up to date
+            from air_skills.backends.ray import RayBackend
+
+            RayBackend(self).sync_logs(row)
         path = row["log_path"]
         try:
             with open(path, "rb") as f:
@@ -401,24 +421,45 @@ class Client:
         self.reconcile()
         cordons = self.store.gpu_rows()
         holders: dict[int, list[str]] = {}
+        held_by: dict[int, Any] = {}
         for r in self.store.rows("WHERE status='RUNNING' AND backend='local'"):
             for g in json.loads(r["gpus"]):
                 holders.setdefault(g, []).append(r["job_id"])
+                held_by[g] = r
         out = []
-        for d in provider().devices():
+        devices = provider().devices()
+        # Health is the stored verdict (unhealthy from a failed check until uncordoned) or a
+        # critical fault that the check finds now.
+        failing: dict[int, list[str]] = {}
+        for f in provider().faults([d.index for d in devices]):
+            if f.critical and f.index >= 0:
+                failing.setdefault(f.index, []).append(f"{f.kind}: {f.detail}")
+        for d in devices:
             c = cordons.get(d.index)
+            cordoned = bool(c and c["cordoned"])
+            now_failing = "; ".join(failing.get(d.index, [])) or None
             out.append(
                 GpuInfo(
                     index=d.index,
                     name=d.name,
                     memory_mb=d.memory_mb,
-                    health=(c["health"] if c else "ok"),
-                    cordoned=bool(c and c["cordoned"]),
-                    reason=c["reason"] if c else None,
+                    health="unhealthy" if now_failing else (c["health"] if c else "ok"),
+                    cordoned=cordoned,
+                    reason=(c["reason"] if cordoned else None) or now_failing,
                     job_ids=holders.get(d.index, []),
+                    project=held_by[d.index]["project"] if d.index in held_by else None,
+                    borrowing=bool(d.index in held_by and held_by[d.index]["borrowing"]),
                 )
             )
         return out
+
+    def holders(self) -> dict[str, str]:
+        """Each running job as `job-id (project)`, or `(project, borrowing)` beyond its quota."""
+        return {
+            r["job_id"]: f"{r['job_id']} ({r['project']}"
+            + (", borrowing)" if r["borrowing"] else ")")
+            for r in self.store.rows("WHERE status='RUNNING'")
+        }
 
     def _check_gpu_index(self, index: int) -> None:
         indices = [d.index for d in provider().devices()]
@@ -447,14 +488,24 @@ class Client:
                 hint="fix the GPU (or reset it), then retry; --force overrides",
                 gpu=index,
             )
-        self.store.uncordon(index, "(forced past a failing check)" if faults else "")
+        failing = "; ".join(f"{f.kind}: {f.detail}" for f in faults)
+        self.store.uncordon(
+            index, f"(forced past a failing check: {failing})" if faults else "(check passed)"
+        )
         local.schedule_pass(self.store)
         return next(g for g in self.gpus() if g.index == index)
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         """The job's history: queued, started, requeued (with why), finished."""
         self._row(job_id)
+        # A requeue keeps its failure kind here, even after a later attempt succeeds.
+        kinds = {"requeued-infra": "infra", "requeued-user": "user"}
         return [
-            {"ts": r["ts"], "kind": r["kind"], "message": r["message"]}
+            {
+                "ts": r["ts"],
+                "kind": r["kind"],
+                "message": r["message"],
+                "failure_kind": kinds.get(r["kind"]),
+            }
             for r in self.store.events(job_id)
         ]

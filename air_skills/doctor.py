@@ -1,16 +1,28 @@
-"""`air doctor`: what this machine offers (GPUs, health, AIR_HOME, versions) and what to fix."""
+"""`air doctor`: what this machine offers (GPUs, health, AIR_HOME, versions) and what to fix.
+
+Each check is ``{name, status (ok | warn | fail), detail, next}``; ``next`` says what to do.
+The report's ``status`` is the worst of them. ``deep`` adds the torch check of
+``air_skills.preflight`` on every GPU that is not cordoned.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
 import sys
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from air_skills.gpus import provider
+from air_skills import health
+from air_skills.gpus import GpuFault, GpuProvider, provider
 
 if TYPE_CHECKING:
     from air_skills.client import Client
+    from air_skills.models import GpuInfo
+
+Add = Callable[..., None]
+RANK = {"ok": 0, "warn": 1, "fail": 2}
 
 
 def _version(dist: str) -> str | None:
@@ -27,40 +39,11 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
         checks.append({"name": name, "status": status, "detail": detail, "next": next_})
 
     prov = provider()
-    devices = prov.devices()
-    if devices:
-        add("gpus", "ok", f"{len(devices)} GPU(s): {prov.note}")
-    else:
-        add(
-            "gpus",
-            "warn",
-            prov.note,
-            "CPU jobs (gpus: 0) run; set AIR_SIMULATED_GPUS=N to try GPU scheduling",
-        )
     infos = client.gpus()
-    for gpu in infos:
-        faults = [f for f in prov.faults([gpu.index]) if f.index == gpu.index]
-        if gpu.cordoned:
-            add(
-                f"gpu {gpu.index}",
-                "fail",
-                f"cordoned: {gpu.reason}",
-                f"fix the GPU, then `air uncordon {gpu.index}`",
-            )
-        elif any(f.critical for f in faults):
-            add(
-                f"gpu {gpu.index}",
-                "fail",
-                "; ".join(f"{f.kind}: {f.detail}" for f in faults),
-                f"`air cordon {gpu.index} --reason ...` and check the GPU",
-            )
-        elif faults:
-            add(f"gpu {gpu.index}", "warn", "; ".join(f"{f.kind}: {f.detail}" for f in faults))
-        else:
-            add(f"gpu {gpu.index}", "ok", f"{gpu.name}, {gpu.memory_mb} MiB, healthy")
-    bad_file = [f for f in prov.faults([]) if f.kind == "faults-file"]
-    for f in bad_file:
-        add("faults file", "fail", f.detail, "fix the JSON in AIR_SIMULATED_GPU_FAULTS")
+    _check_gpus(prov, infos, add)
+    _check_faults_file(add)
+    _check_settings(add)
+    _check_infra_history(client, add)
     if deep:
         from air_skills.preflight import deep_check
 
@@ -76,5 +59,141 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
     }
     add("versions", "ok", ", ".join(f"{k} {v}" for k, v in versions.items() if v))
     add("cpu", "ok", f"{os.cpu_count()} cores; jobs get thread caps (OMP_NUM_THREADS, ...)")
-    worst = "fail" if any(c["status"] == "fail" for c in checks) else "ok"
+    worst = max((c["status"] for c in checks), key=RANK.__getitem__, default="ok")
     return {"status": worst, "checks": checks, "versions": versions, "home": str(client.home)}
+
+
+def _faults_text(faults: list[GpuFault]) -> str:
+    return "; ".join(f"{f.kind}: {f.detail}" for f in faults)
+
+
+def _check_gpus(prov: GpuProvider, infos: list[GpuInfo], add: Add) -> None:
+    if not infos:
+        add(
+            "gpus",
+            "warn",
+            f"no GPUs: {prov.note}",
+            "CPU jobs (gpus: 0) run; on a GPU machine install the NVIDIA driver;"
+            " set AIR_SIMULATED_GPUS=N to try GPU scheduling without GPUs",
+        )
+        return
+    add("gpus", "ok", f"{len(infos)} GPU(s): {prov.note}")
+    indices = [g.index for g in infos]
+    try:
+        readings = {r.index: r for r in prov.readings(indices)}
+    except Exception as exc:  # the report goes on without the readings
+        add("gpu readings", "fail", f"cannot read GPU health: {exc!r}", "check `nvidia-smi`")
+        readings = {}
+    limit, _ = health.max_temp_c()
+    for gpu in infos:
+        reading = readings.get(gpu.index)
+        faults = health.translate(reading, limit) if reading else []
+        critical = [f for f in faults if f.critical]
+        notes = [f for f in faults if not f.critical]
+        name = f"gpu {gpu.index}"
+        what = f"{gpu.name}, {gpu.memory_mb // 1024} GiB"
+        if reading is not None and reading.temperature_c is not None:
+            what += f", {reading.temperature_c:g} °C"
+        if gpu.job_ids:
+            what += f", running {', '.join(gpu.job_ids)}"
+        checked = f" (checked {', '.join(reading.checked)})" if reading and reading.checked else ""
+        advice = "; ".join(dict.fromkeys(health.advice(f) for f in critical + notes))
+        if gpu.cordoned and critical:
+            add(
+                name,
+                "fail",
+                f"cordoned ({gpu.reason}); still failing: {_faults_text(critical)}",
+                f"{advice}; then `air uncordon {gpu.index}` (it re-runs the check)",
+            )
+        elif gpu.cordoned:
+            add(
+                name,
+                "warn",
+                f"cordoned ({gpu.reason}); its check passes now ({what})",
+                f"`air uncordon {gpu.index}` brings it back",
+            )
+        elif critical:
+            add(
+                name,
+                "fail",
+                f"failing: {_faults_text(critical)}; the next job's preflight on it cordons it"
+                " and starts the job elsewhere",
+                f"{advice}; or take it out now: `air cordon {gpu.index} --reason ...`",
+            )
+        elif notes:
+            add(name, "warn", f"{what}; {_faults_text(notes)}", advice)
+        else:
+            add(name, "ok", f"{what}: healthy{checked}")
+    if all(g.cordoned for g in infos):
+        add(
+            "gpu pool",
+            "fail",
+            f"every GPU ({len(infos)}) is cordoned: GPU jobs wait in the queue (nothing is lost)",
+            "fix a GPU and `air uncordon GPU` (or `--force` to override a failing check)",
+        )
+
+
+def _check_faults_file(add: Add) -> None:
+    path, problems, entries = health.faults_file_status()
+    if path is None:
+        return
+    if problems:
+        add(
+            "faults file",
+            "fail",
+            f"{health.FAULTS_ENV}={path}: " + "; ".join(problems) + ". No simulated faults are"
+            " injected while it is invalid; the GPU checks go on without them",
+            f"fix the file (kinds: {', '.join(health.SIMULATED_KINDS)}) or unset"
+            f" {health.FAULTS_ENV}",
+        )
+        return
+    n = sum(len(v) for v in entries.values())
+    on = ", ".join(str(i) for i in sorted(entries) if entries[i]) or "none"
+    add("faults file", "ok", f"{health.FAULTS_ENV}={path}: {n} simulated fault(s), on GPUs {on}")
+
+
+def _check_settings(add: Add) -> None:
+    limit, problem = health.max_temp_c()
+    raw_interval = os.environ.get("AIR_HEALTH_INTERVAL_S", "5")
+    try:
+        interval = float(raw_interval)
+        if interval <= 0:
+            raise ValueError
+    except ValueError:
+        add(
+            "health settings",
+            "fail",
+            f"AIR_HEALTH_INTERVAL_S={raw_interval!r} is not a number of seconds > 0",
+            "set it to e.g. 5, or unset it",
+        )
+        return
+    from air_skills.backends.local import MAX_INFRA_RETRIES
+
+    detail = (
+        f"preflight on a job's GPUs before it starts, then every {interval:g}s while it runs"
+        f" (Xid, ECC, retired pages, row remap, throttle, temperature <= {limit:g} °C);"
+        f" a job is restarted elsewhere after up to {MAX_INFRA_RETRIES} infra failures"
+    )
+    if problem:
+        add("health settings", "warn", f"{problem}; {detail}", f"fix {health.MAX_TEMP_ENV}")
+    else:
+        add("health settings", "ok", detail)
+
+
+def _check_infra_history(client: Client, add: Add) -> None:
+    since = time.time() - 24 * 3600
+    rows = client.store.read(
+        "SELECT job_id, message FROM events WHERE kind='requeued-infra' AND ts > ? ORDER BY id",
+        (since,),
+    )
+    cordons = client.store.read(
+        "SELECT message FROM events WHERE kind='cordon' AND ts > ? ORDER BY id", (since,)
+    )
+    if not rows and not cordons:
+        add("infra failures", "ok", "none in the last 24 h")
+        return
+    latest = rows[-1] if rows else None
+    detail = f"{len(rows)} job restart(s) after GPU or host faults, {len(cordons)} cordon(s)"
+    if latest is not None:
+        detail += f"; latest: {latest['job_id']}: {latest['message']}"
+    add("infra failures", "warn", detail + " (last 24 h)", "see `air gpus`")

@@ -1,14 +1,19 @@
 """GPU inventory: NVML on real machines, a simulated pool when AIR_SIMULATED_GPUS=N is set.
 
-Health checks (Xid, ECC, throttling, ...) live in ``air_skills.health``; this module only
-answers "which GPUs are there" and hands health questions to the provider's ``faults``.
+Health checks (Xid, ECC, throttling, ...) live in ``air_skills.health``; this module answers
+"which GPUs are there", and each provider reads health values (``readings``) that
+``health.translate`` turns into faults (``faults``). A check never raises: a failure of the
+check itself comes back as a non-critical fault with index -1.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from air_skills.health import GpuReading, XidWatcher
 
 
 @dataclass(frozen=True)
@@ -34,12 +39,20 @@ class GpuFault:
 
 
 class GpuProvider(Protocol):
-    kind: str
-    note: str
+    kind: str  # nvml | simulated | none
+    note: str  # one line for people: what this provider is, or why there are no GPUs
 
     def devices(self) -> list[GpuDevice]: ...
 
-    def faults(self, indices: list[int]) -> list[GpuFault]: ...
+    def readings(self, indices: list[int]) -> list[GpuReading]: ...
+
+    def faults(self, indices: list[int]) -> list[GpuFault]:
+        """Faults on these GPUs, plus notes (index -1) about the check itself. Never raises."""
+        ...
+
+
+def _check_failed(exc: Exception) -> list[GpuFault]:
+    return [GpuFault(-1, "check-error", f"the health check failed: {exc!r}", critical=False)]
 
 
 class SimulatedGpuProvider:
@@ -52,17 +65,25 @@ class SimulatedGpuProvider:
         self.note = f"{count} simulated GPUs (AIR_SIMULATED_GPUS={count})"
 
     def devices(self) -> list[GpuDevice]:
-        return [
-            GpuDevice(i, "Simulated GPU", 81920, f"GPU-sim-{i:04d}") for i in range(self.count)
-        ]
+        return [GpuDevice(i, "Simulated GPU", 81920, f"GPU-sim-{i:04d}") for i in range(self.count)]
+
+    def readings(self, indices: list[int]) -> list[GpuReading]:
+        from air_skills import health
+
+        return health.simulated_readings(indices, self.count)[0]
 
     def faults(self, indices: list[int]) -> list[GpuFault]:
         from air_skills import health
 
-        return health.simulated_faults(indices, self.count)
+        try:
+            return health.simulated_faults(indices, self.count)
+        except Exception as exc:  # a check must never take a supervisor down
+            return _check_failed(exc)
 
 
 class NoGpuProvider:
+    """No GPUs: NVML missing or unusable, or AIR_SIMULATED_GPUS not a count. ``note`` says why."""
+
     kind = "none"
 
     def __init__(self, note: str) -> None:
@@ -71,8 +92,13 @@ class NoGpuProvider:
     def devices(self) -> list[GpuDevice]:
         return []
 
+    def readings(self, indices: list[int]) -> list[GpuReading]:
+        from air_skills.health import GpuReading
+
+        return [GpuReading(i, present=False, missing_detail=self.note) for i in indices]
+
     def faults(self, indices: list[int]) -> list[GpuFault]:
-        return [GpuFault(i, "missing", "no GPU driver on this machine") for i in indices]
+        return [GpuFault(i, "missing", self.note) for i in indices]
 
 
 class NvmlGpuProvider:
@@ -80,32 +106,55 @@ class NvmlGpuProvider:
 
     kind = "nvml"
 
-    def __init__(self, nvml: object, note: str) -> None:
+    def __init__(self, nvml: Any, note: str) -> None:
         self.nvml = nvml
         self.note = note
+        self._watcher: XidWatcher | None = None
 
     def devices(self) -> list[GpuDevice]:
         nv = self.nvml
+        try:
+            count = nv.nvmlDeviceGetCount()
+        except nv.NVMLError:
+            return []
         out = []
-        for i in range(nv.nvmlDeviceGetCount()):  # type: ignore[attr-defined]
-            h = nv.nvmlDeviceGetHandleByIndex(i)  # type: ignore[attr-defined]
-            name = nv.nvmlDeviceGetName(h)  # type: ignore[attr-defined]
-            mem = nv.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)  # type: ignore[attr-defined]
-            uuid = nv.nvmlDeviceGetUUID(h)  # type: ignore[attr-defined]
-            out.append(
-                GpuDevice(
-                    i,
-                    name.decode() if isinstance(name, bytes) else name,
-                    int(mem),
-                    uuid.decode() if isinstance(uuid, bytes) else uuid,
-                )
-            )
+        for i in range(count):
+            try:
+                h = nv.nvmlDeviceGetHandleByIndex(i)
+                name = _text(nv.nvmlDeviceGetName(h))
+                mem = nv.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
+                uuid = _text(nv.nvmlDeviceGetUUID(h))
+            except nv.NVMLError as exc:
+                # Still listed, so that it shows (and fails its checks) instead of vanishing.
+                out.append(GpuDevice(i, f"unreadable GPU ({exc})", 0))
+                continue
+            out.append(GpuDevice(i, name, int(mem), uuid))
         return out
+
+    @property
+    def watcher(self) -> XidWatcher:
+        if self._watcher is None:
+            from air_skills.health import XidWatcher
+
+            self._watcher = XidWatcher(self.nvml)
+        return self._watcher
+
+    def readings(self, indices: list[int]) -> list[GpuReading]:
+        from air_skills import health
+
+        return health.nvml_readings(self.nvml, indices, self.watcher)
 
     def faults(self, indices: list[int]) -> list[GpuFault]:
         from air_skills import health
 
-        return health.nvml_faults(self.nvml, indices)
+        try:
+            return health.nvml_faults(self.nvml, indices, self.watcher)
+        except Exception as exc:  # a check must never take a supervisor down
+            return _check_failed(exc)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 _provider: GpuProvider | None = None
@@ -133,19 +182,28 @@ def provider() -> GpuProvider:
     return _provider
 
 
-def _nvml_provider() -> GpuProvider:
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        return NoGpuProvider("no GPUs: nvidia-ml-py is not installed")
+def _nvml_provider(nvml: Any = None) -> GpuProvider:
+    """NVML if it loads and sees GPUs; else a NoGpuProvider whose note says plainly why."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # nvidia-ml-py
+        except ImportError:
+            return NoGpuProvider("nvidia-ml-py is not installed")
+    pynvml = nvml
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return NoGpuProvider(f"no GPUs: NVML unavailable ({exc})")
+        return NoGpuProvider(f"NVML unavailable ({exc}): no NVIDIA driver loaded here")
     try:
         version = pynvml.nvmlSystemGetDriverVersion()
     except Exception:
         version = "?"
     if isinstance(version, bytes):
         version = version.decode()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception as exc:
+        return NoGpuProvider(f"NVML (driver {version}) cannot count GPUs ({exc})")
+    if count == 0:
+        return NoGpuProvider(f"NVML (driver {version}) sees no GPU")
     return NvmlGpuProvider(pynvml, f"NVML, driver {version}")

@@ -22,8 +22,9 @@ Kinds and their fields (every entry may also have ``after_s``: it applies only t
 seconds after the file was last written):
 ``xid`` (code), ``ecc`` (count, default 1), ``retired-pages``, ``row-remap`` (pending,
 default true; failure, default false), ``throttle`` (reasons: names, or mask: int),
-``temperature`` (celsius), ``missing``, and ``matmul-corrupt`` (seen only by the deep
-preflight, whose matmul then differs from the CPU result).
+``temperature`` (celsius), ``missing``; and two seen only by the deep preflight:
+``matmul-corrupt`` (its matmul then differs from the CPU result) and ``hang`` (the check
+never finishes, as on a hung GPU).
 A file that cannot be read or does not validate injects nothing; the check reports it as a
 non-critical finding with index -1 (``air doctor`` shows it) and never raises.
 """
@@ -113,9 +114,7 @@ XID_CATALOGUE: dict[int, XidEntry] = {
         True,
         "reset the GPU when it is idle",
     ),
-    95: XidEntry(
-        "uncontained ECC error (every application on the GPU is affected)", True, _RESET
-    ),
+    95: XidEntry("uncontained ECC error (every application on the GPU is affected)", True, _RESET),
     119: XidEntry("GSP RPC timeout", True, _RESET + "; update the driver"),
     120: XidEntry("GSP error", True, _RESET + "; update the driver"),
     121: XidEntry("C2C (chip-to-chip) link error", True, _RESET),
@@ -149,8 +148,8 @@ ADVICE: dict[str, str] = {
     "ecc": _RESET,
     "retired-pages": "reset the GPU (or reboot) so the pending pages are retired",
     "row-remap": "reset the GPU to apply pending remaps; a remap failure needs service",
-    "throttle": "check cooling, fans, airflow and power supply; clocks are held down by hardware",
-    "temperature": f"check cooling; {MAX_TEMP_ENV} sets the limit",
+    "throttle": "check cooling, fans and power supply: the hardware is holding the clocks down",
+    "temperature": f"check cooling and airflow ({MAX_TEMP_ENV} sets the limit)",
     "nvml-error": "check the driver (`nvidia-smi`); the check could not read this value",
     "deep-preflight": "run `air doctor --deep`; reset the GPU, or service it if it recurs",
     "faults-file": f"fix the JSON file named by {FAULTS_ENV} (or unset it)",
@@ -165,6 +164,8 @@ def advice(fault: GpuFault) -> str:
         code = fault.data.get("xid")
         entry = XID_CATALOGUE.get(code) if isinstance(code, int) else None
         return entry.action if entry else "look the Xid up in NVIDIA's Xid catalogue"
+    if fault.kind == "throttle" and not fault.critical:
+        return "check cooling: the driver slows the clocks to stay within its temperature limit"
     return ADVICE.get(fault.kind, "check the GPU")
 
 
@@ -273,9 +274,8 @@ def throttle_faults(index: int, mask: int | None) -> list[GpuFault]:
     data: dict[str, object] = {"mask": mask, "reasons": names}
     critical = [n for n in CRITICAL_THROTTLE if n in names]
     if critical:
-        return [
-            GpuFault(index, "throttle", "hardware clock slowdown: " + ", ".join(critical), data=data)
-        ]
+        detail = "hardware clock slowdown: " + ", ".join(critical)
+        return [GpuFault(index, "throttle", detail, data=data)]
     warn = [n for n in WARN_THROTTLE if n in names]
     if warn:
         return [
@@ -330,8 +330,7 @@ def max_temp_c() -> tuple[float, str | None]:
             raise ValueError
     except ValueError:
         return DEFAULT_MAX_TEMP_C, (
-            f"{MAX_TEMP_ENV}={raw!r} is not a temperature 20-150 °C;"
-            f" using {DEFAULT_MAX_TEMP_C:g}"
+            f"{MAX_TEMP_ENV}={raw!r} is not a temperature 20-150 °C; using {DEFAULT_MAX_TEMP_C:g}"
         )
     return value, None
 
@@ -362,6 +361,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "temperature": {"celsius": (int, float)},
     "missing": {},
     "matmul-corrupt": {},
+    "hang": {},
 }
 SIMULATED_KINDS = tuple(_FIELDS)
 
@@ -377,7 +377,7 @@ class FaultsFileError(ValueError):
 
 def _check_entry(where: str, entry: Any) -> list[str]:
     if not isinstance(entry, dict):
-        return [f"{where}: an entry must be an object like {{\"kind\": \"xid\", \"code\": 79}}"]
+        return [f'{where}: an entry must be an object like {{"kind": "xid", "code": 79}}']
     kind = entry.get("kind")
     if kind not in _FIELDS:
         return [f"{where}: unknown kind {kind!r} (kinds: {', '.join(SIMULATED_KINDS)})"]
@@ -441,7 +441,7 @@ def load_faults_file(path: str) -> tuple[dict[int, list[dict[str, Any]]], float]
     out: dict[int, list[dict[str, Any]]] = {}
     for key, entries in raw.items():
         if not (isinstance(key, str) and key.isdigit()):
-            problems.append(f"key {key!r} is not a GPU index (write \"0\", \"1\", ...)")
+            problems.append(f'key {key!r} is not a GPU index (write "0", "1", ...)')
             continue
         if not isinstance(entries, list):
             problems.append(f"GPU {key}: must be a list of entries")
@@ -524,9 +524,7 @@ def faults_file_status() -> tuple[str | None, list[str], dict[int, list[dict[str
     return path, [], entries
 
 
-def simulated_readings(
-    indices: list[int], count: int
-) -> tuple[list[GpuReading], list[GpuFault]]:
+def simulated_readings(indices: list[int], count: int) -> tuple[list[GpuReading], list[GpuFault]]:
     """Readings of simulated GPUs with the faults file applied, and notes about the file."""
     readings = [simulated_baseline(i, count) for i in indices]
     path = os.environ.get(FAULTS_ENV, "").strip()
@@ -562,7 +560,7 @@ def simulated_deep_faults(index: int) -> set[str]:
     return {e["kind"] for e in active_entries(by_gpu.get(index, []), mtime)}
 
 
-# --- NVML -------------------------------------------------------------------------------------------
+# --- NVML ---------------------------------------------------------------------------------------
 
 NVML_CHECKS = ["presence", "Xid", "ECC", "retired pages", "row remap", "throttle", "temp"]
 
@@ -641,6 +639,18 @@ class _Lost(Exception):
     pass
 
 
+def _throttle_reasons(nv: Any, handle: Any) -> int:
+    """The clocks event (throttle) reasons; the older call where the driver lacks the new one."""
+    new = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    if new is not None:
+        try:
+            return int(new(handle))
+        except nv.NVMLError as exc:
+            if exc.value != getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", -1):
+                raise
+    return int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+
+
 def nvml_reading(nv: Any, index: int, watcher: XidWatcher | None = None) -> GpuReading:
     """Read one GPU's health values through NVML. Never raises an NVMLError."""
     reading = GpuReading(index)
@@ -667,6 +677,9 @@ def nvml_reading(nv: Any, index: int, watcher: XidWatcher | None = None) -> GpuR
             if kind != "unsupported":
                 reading.errors.append(f"cannot read {name}: {exc}")
             return None
+        except Exception as exc:  # a binding or driver oddity: note it, read the rest
+            reading.errors.append(f"cannot read {name}: {exc!r}")
+            return None
         reading.checked.append(name)
         return value
 
@@ -690,10 +703,7 @@ def nvml_reading(nv: Any, index: int, watcher: XidWatcher | None = None) -> GpuR
         if rows is not None:
             corr, uncorr, is_pending, failure = rows
             reading.remapped_rows = (int(corr), int(uncorr), bool(is_pending), bool(failure))
-        throttle = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons"
-        )
-        reading.throttle_mask = read("throttle", throttle, handle)
+        reading.throttle_mask = read("throttle", _throttle_reasons, nv, handle)
         temp = read("temp", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
         reading.temperature_c = None if temp is None else float(temp)
     except _Lost:
@@ -708,3 +718,32 @@ def nvml_readings(nv: Any, indices: list[int], watcher: XidWatcher | None) -> li
 
 def nvml_faults(nv: Any, indices: list[int], watcher: XidWatcher | None = None) -> list[GpuFault]:
     return faults_from_readings(nvml_readings(nv, indices, watcher))
+
+
+# --- the pool, in words ---------------------------------------------------------------------------
+
+
+def pool_notes(infos: list[Any]) -> list[str]:
+    """Lines under `air gpus`: what is wrong with the pool, and what to do (GpuInfo list)."""
+    lines = []
+    path, problems, _ = faults_file_status()
+    if problems:
+        lines.append(
+            f"warning: {FAULTS_ENV}={path} is invalid ({'; '.join(problems)}); no simulated"
+            " faults are injected. `air doctor` for details"
+        )
+    for g in infos:
+        if g.cordoned:
+            lines.append(
+                f"GPU {g.index} is cordoned: no job starts on it. After a fix, `air uncordon"
+                f" {g.index}` (it re-runs the check first)"
+            )
+        elif g.health != "ok":
+            lines.append(
+                f"GPU {g.index} fails its check ({g.reason}): the next job's preflight on it"
+                f" cordons it and starts the job elsewhere; `air cordon {g.index} --reason ...`"
+                " takes it out now"
+            )
+    if infos and all(g.cordoned for g in infos):
+        lines.append("every GPU is cordoned: GPU jobs wait in the queue (nothing is lost)")
+    return lines
