@@ -46,7 +46,8 @@ def test_client_methods_of_the_contract() -> None:
 def test_supervisor_start_path_imports_no_heavy_modules() -> None:
     code = (
         "import sys, air_skills.supervisor;"
-        " heavy = [m for m in ('pydantic', 'mlflow', 'rich', 'typer', 'torch') if m in sys.modules];"
+        " heavy = [m for m in ('pydantic', 'mlflow', 'rich', 'typer', 'torch')"
+        " if m in sys.modules];"
         " print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
