@@ -30,6 +30,11 @@ class DataInput(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     path: str = Field(min_length=1)
+    digest: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{8,64}$",
+        description="content digest, set at launch; given, the data must still match it",
+    )
 
 
 class JobSpec(_Strict):
@@ -135,6 +140,7 @@ class JobInfo(BaseModel):
     backend: Backend = "local"
     project: str = "default"
     borrowing: bool = False
+    data: list[str] = Field(default_factory=list, description="data inputs as name@digest12")
 
     @property
     def is_terminal(self) -> bool:
@@ -151,6 +157,8 @@ class GpuInfo(BaseModel):
     cordoned: bool = False
     reason: str | None = None
     job_ids: list[str] = Field(default_factory=list)
+    project: str | None = None  # of the job holding it
+    borrowing: bool = False  # held by a job beyond its project's quota
 
 
 class LogChunk(BaseModel):

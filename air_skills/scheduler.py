@@ -28,6 +28,7 @@ count against quotas.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 SHARED = ""  # the group of every project without a quota
@@ -137,11 +138,17 @@ def schedule(
     # GPUs of jobs already asked to stop: claimed, in queue order, by the jobs that wait for them
     # (so a waiting job does not preempt a second round of victims).
     incoming = [g for r in running if r.stopping for g in r.gpus if g in pool]
+    # Only preemptible or borrowing jobs can ever be taken: without any, skip the search.
+    takeable = any(r.gpus and (r.preemptible or labels[r.job_id]) for r in running)
     order = sorted(queued, key=lambda q: (-q.priority, q.seq))
     within, used = _classify(order, running, labels, inv, quotas)
     # Jobs within their quota are placed first; borrowers get what is idle after them.
     order = [j for j in order if within[j.job_id]] + [j for j in order if not within[j.job_id]]
     head_blocked_at: float | None = None  # EASY: shadow time of the first blocked GPU job
+    head_extra = 0  # GPUs the head will not need at its shadow time: open to longer jobs
+    starting: list[tuple[float | None, int]] = []  # (expected end, GPUs) of this pass's starts
+    # A GPU job without a time limit makes every shadow time unknown: no need to compute one.
+    end_unknown = any(r.gpus and r.expected_end is None for r in running)
 
     for job in order:
         if job.gpus == 0:
@@ -158,20 +165,22 @@ def schedule(
             continue
         borrowing = not within[job.job_id]
         available = [g for g in free if g not in reserved]
-        if head_blocked_at is not None and _may_backfill(job, now, head_blocked_at):
+        short = head_blocked_at is not None and _may_backfill(job, now, head_blocked_at)
+        if short:
             # EASY: a job that ends before the head's start may use the head's reservation.
             available = [g for g in free if g not in reserved or g in head_reserved]
         fits_now = len(available) >= job.gpus
-        if (
-            fits_now
-            and head_blocked_at is not None
-            and not _may_backfill(job, now, head_blocked_at)
-        ):
-            fits_now = False
+        if fits_now and head_blocked_at is not None and not short:
+            # One that may run past the head's start gets only GPUs the head will not need.
+            fits_now = job.gpus <= head_extra
+            head_extra -= job.gpus if fits_now else 0
         if fits_now:
             chosen = tuple(available[: job.gpus])
             decision.starts.append(Start(job.job_id, chosen, borrowing))
             free = [g for g in free if g not in chosen]
+            est = job.duration_est_s
+            starting.append((None if est is None else now + est, job.gpus))
+            end_unknown = end_unknown or est is None
             continue
 
         # Blocked. GPUs already on their way back come first, then preemption or reclaim.
@@ -181,24 +190,35 @@ def schedule(
             incoming = incoming[take:]
             decision.reasons[job.job_id] = "waiting for preempted jobs to release their GPUs"
             continue
-        victims = _pick_victims(job, running, labels, victims_taken, available, not borrowing, inv)
+        victims = None
+        if takeable:
+            victims = _pick_victims(
+                job, running, labels, victims_taken, available, not borrowing, inv
+            )
         if victims is not None:
             for v in victims:
                 decision.preempts.append(v.job_id)
-                decision.preempt_reasons[v.job_id] = _preempt_reason(job, v, labels, inv)
+                decision.preempt_reasons[v.job_id] = _preempt_reason(
+                    job, v, not borrowing, labels, inv
+                )
                 victims_taken.add(v.job_id)
                 reserved.update(v.gpus)
             reserved.update(available[: max(0, job.gpus - sum(len(v.gpus) for v in victims))])
             decision.reasons[job.job_id] = "preempting " + ", ".join(v.job_id for v in victims)
             continue
         waited = now - job.queued_at
-        soon_free = _expected_free_at(job.gpus, available, running, now)
-        if soon_free is not None or waited >= inv.starvation_s:
-            # Reserve what is free now for this job so that backfill cannot starve it.
-            reserved.update(available[: job.gpus])
-            if head_blocked_at is None:
-                head_blocked_at = soon_free if soon_free is not None else float("inf")
-                head_reserved.update(available[: job.gpus])
+        shadow = None
+        if head_blocked_at is None and not end_unknown:
+            shadow = _expected_free_at(job.gpus, available, running, now, starting)
+        if head_blocked_at is None and (shadow is not None or waited >= inv.starvation_s):
+            # The first such job is the head: it reserves GPUs so that backfill cannot starve
+            # it. When every running job's end is known (EASY), it holds only what it will not
+            # have anyway at its shadow time; the extra stays open to jobs that run past it.
+            head_blocked_at, free_then = shadow or (float("inf"), 0)
+            head_extra = max(0, free_then - job.gpus)
+            keep = available[: max(0, len(available) - head_extra)]
+            reserved.update(keep)
+            head_reserved.update(keep)
         free_total = len([g for g in free if g not in reserved])
         reason = f"waiting for {job.gpus} GPUs; {free_total} free of {len(pool)}"
         if borrowing:
@@ -246,10 +266,11 @@ def _classify(
 
 
 def _preempt_reason(
-    job: QueuedJob, victim: RunningJob, labels: dict[str, bool], inv: Inventory
+    job: QueuedJob, victim: RunningJob, within: bool, labels: dict[str, bool], inv: Inventory
 ) -> str:
     if (
-        inv.quotas
+        within
+        and inv.quotas
         and labels[victim.job_id]
         and group_of(victim.project, inv) != group_of(job.project, inv)
     ):
@@ -261,24 +282,40 @@ def _preempt_reason(
 
 
 def _may_backfill(job: QueuedJob, now: float, shadow: float) -> bool:
-    """EASY backfill: a job may jump a reserved head only if it ends before the head starts."""
-    return job.duration_est_s is not None and now + job.duration_est_s <= shadow
+    """EASY backfill: a job may jump a reserved head only if it ends before the head starts.
+
+    Never before a head whose start is unknown (a running job without a time limit): any job
+    could delay it, and a stream of jobs with time limits would starve it.
+    """
+    return job.duration_est_s is not None and now + job.duration_est_s <= shadow < float("inf")
 
 
 def _expected_free_at(
-    need: int, available: list[int], running: list[RunningJob], now: float
-) -> float | None:
-    """When ``need`` GPUs will be free, if every running GPU job has a time limit."""
-    ends = sorted(
-        (r.expected_end, len(r.gpus)) for r in running if r.gpus and r.expected_end is not None
-    )
-    if any(r.gpus and r.expected_end is None for r in running):
-        return None
+    need: int,
+    available: list[int],
+    running: list[RunningJob],
+    now: float,
+    starting: Sequence[tuple[float | None, int]] = (),
+) -> tuple[float, int] | None:
+    """(when ``need`` GPUs will be free, how many are free then), if every GPU job has a
+    time limit; None if one has not.
+
+    ``starting``: (expected end, GPUs) of the jobs that this pass starts: they hold GPUs too.
+    """
+    holders = [(r.expected_end, len(r.gpus)) for r in running if r.gpus] + list(starting)
+    ends: list[tuple[float, int]] = []
+    for end, n in holders:
+        if end is None:
+            return None
+        ends.append((end, n))
+    ends.sort()
     count = len(available)
-    for end, n in ends:
+    for i, (end, n) in enumerate(ends):
         count += n
         if count >= need:
-            return max(end, now)  # type: ignore[type-var]
+            # Jobs that end at the same moment free their GPUs together.
+            count += sum(m for e, m in ends[i + 1 :] if e == end)
+            return max(end, now), count
     return None
 
 

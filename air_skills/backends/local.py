@@ -10,6 +10,7 @@ end, and runs one of the jobs it starts itself (no new interpreter per job).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -42,16 +43,31 @@ def cpu_slots() -> int:
     env = os.environ.get("AIR_CPU_SLOTS")
     if env and env.isdigit() and int(env) > 0:
         return int(env)
+    return _cpu_count()
+
+
+@functools.cache
+def _cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+_DEVICES_TTL_S = 1.0
+_devices: tuple[object, float, tuple[int, ...]] | None = None  # (provider, read at, indices)
+
+
+def gpu_indices() -> tuple[int, ...]:
+    """The provider's GPU indices, read at most once a second (a pass runs after every job)."""
+    global _devices
+    prov = provider()
+    now = time.monotonic()
+    if _devices is None or _devices[0] is not prov or now - _devices[1] > _DEVICES_TTL_S:
+        _devices = (prov, now, tuple(d.index for d in prov.devices()))
+    return _devices[2]
 
 
 def schedulable_gpus(store: Store) -> tuple[int, ...]:
     cordons = store.gpu_rows()
-    return tuple(
-        d.index
-        for d in provider().devices()
-        if not (d.index in cordons and cordons[d.index]["cordoned"])
-    )
+    return tuple(i for i in gpu_indices() if not (i in cordons and cordons[i]["cordoned"]))
 
 
 def thread_caps(cpus: int) -> dict[str, str]:
@@ -236,7 +252,7 @@ def pass_in_tx(
             "UPDATE jobs SET borrowing=? WHERE job_id=? AND status='RUNNING'",
             (int(borrowing), job_id),
         )
-    cordoned = len(provider().devices()) - len(gpus)
+    cordoned = len(gpu_indices()) - len(gpus)
     for job_id, reason in decision.reasons.items():
         if cordoned and queued[job_id]["gpus_requested"]:
             if not gpus:
@@ -341,6 +357,10 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
             os.setsid()
             if os.fork() != 0:
                 os._exit(0)
+            # This is still a copy of the spawning process: its Python signal handlers are not
+            # for here (until exec, which resets them; the command starts with defaults too).
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
             if launch is not None:
                 os.close(read_end)
                 job_pid = 0
@@ -405,6 +425,40 @@ def signal_stop(row: sqlite3.Row) -> None:
             pass
 
 
+_watched: dict[tuple[int, str | None], int] = {}  # supervisor (pid, start) -> its pidfd
+
+
+def _supervisor_alive(pid: int, start: str | None) -> bool:
+    """proc.alive, cheaper when asked again: the process is checked once (pid and start
+    time), then watched through a pidfd, which turns readable when it exits (no pid reuse)."""
+    key = (pid, start)
+    fd = _watched.get(key)
+    if fd is None:
+        if not proc.alive(pid, start):
+            return False
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            return True  # no pidfd here (or it just exited): the plain check said alive
+        if len(_watched) >= 256:
+            for old in _watched.values():
+                os.close(old)
+            _watched.clear()
+        _watched[key] = fd
+        if not proc.alive(pid, start):  # the pid was reused before the pidfd was opened
+            return not _forget(key)
+    if select.select([fd], [], [], 0)[0]:
+        return not _forget(key)
+    return True
+
+
+def _forget(key: tuple[int, str | None]) -> bool:
+    fd = _watched.pop(key, None)
+    if fd is not None:
+        os.close(fd)
+    return True
+
+
 def reconcile(store: Store) -> int:
     """Settle RUNNING records whose supervisor is gone. Returns how many were settled."""
     rows = store.rows("WHERE status='RUNNING' AND backend='local'")
@@ -416,7 +470,7 @@ def reconcile(store: Store) -> int:
             if now - (row["started_at"] or now) < SUPERVISOR_START_GRACE_S:
                 continue
             what = "its supervisor never started"
-        elif proc.alive(pid, start):
+        elif _supervisor_alive(pid, start):
             continue
         else:
             what = "its supervisor died"

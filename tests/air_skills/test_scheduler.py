@@ -138,3 +138,16 @@ def test_cordoned_gpus_are_never_used() -> None:
     inv = Inventory(gpus=(1, 2, 3), cpu_slots=2)  # GPU 0 cordoned: not schedulable
     d = schedule([q(f"j{i}", seq=i) for i in range(4)], [], inv, now=0)
     assert sorted(g for s in d.starts for g in s.gpus) == [1, 2, 3]
+
+
+def test_jobs_with_time_limits_do_not_starve_a_head_of_unknown_start() -> None:
+    # "a" has no time limit, so when "big" can start is unknown: a job with a time limit
+    # must not take the GPUs held for it (a stream of such jobs would starve it).
+    inv = Inventory(gpus=tuple(range(8)), cpu_slots=2, starvation_s=30)
+    running = [r("a", (0, 1, 2, 3))]
+    queued = [
+        q("big", gpus=8, seq=1, queued_at=0),
+        q("timed", gpus=1, seq=2, queued_at=0, duration_est_s=60),
+    ]
+    d = schedule(queued, running, inv, now=31)
+    assert started(d) == []
