@@ -1,0 +1,138 @@
+"""The streamable HTTP transport's guard: Host (421), Origin (403), bearer token (401), size (413).
+
+A plain ASGI middleware in front of the SDK's app. It never logs or echoes a header value, so
+the token cannot leak through a log line or a reply.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
+DEFAULT_MAX_BODY_BYTES = 1_000_000
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost."""
+    if host.strip("[]") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _split_host(value: str) -> tuple[str, int | None]:
+    """'host:port' / '[v6]:port' / 'host' -> (host, port); host lowercased, v6 without brackets."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif value.count(":") == 1:
+        host, _, port = value.partition(":")
+    else:
+        host, port = value, ""
+    if port and not port.isdigit():
+        return host, -1
+    return host, int(port) if port else None
+
+
+class HttpGuard:
+    """Checks every HTTP request before the MCP app sees it (lifespan events pass through)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        port: int,
+        token: str | None,
+        bind_host: str = "127.0.0.1",
+        allowed_hosts: Iterable[str] = (),
+        allowed_origins: Iterable[str] = (),
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.app = app
+        self.port = port
+        self._token = token.encode() if token else None
+        names = {"127.0.0.1", "localhost", "::1"}
+        if not is_loopback(bind_host) and bind_host not in ("0.0.0.0", "::"):
+            names.add(bind_host.strip("[]").lower())
+        names.update(h.strip("[]").lower() for h in allowed_hosts)
+        self.host_names = names
+        self.allowed_origins = {o.rstrip("/").lower() for o in allowed_origins}
+        self.max_body_bytes = max_body_bytes
+
+    def host_ok(self, value: str | None) -> bool:
+        if not value:
+            return False
+        host, port = _split_host(value)
+        return host in self.host_names and port in (None, self.port)
+
+    def origin_ok(self, value: str) -> bool:
+        """Loopback origins (any port) and the ones allowed by name; 'null' is refused."""
+        origin = value.rstrip("/").lower()
+        if origin in self.allowed_origins:
+            return True
+        parts = urlsplit(origin)
+        return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
+
+    def token_ok(self, value: str | None) -> bool:
+        if self._token is None:
+            return True
+        if not value:
+            return False
+        scheme, _, given = value.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode(), self._token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if not self.host_ok(headers.get("host")):
+            await _refuse(
+                send, 421, "Host not allowed: use a loopback address or --allow-host NAME"
+            )
+            return
+        origin = headers.get("origin")
+        if origin is not None and not self.origin_ok(origin):
+            await _refuse(send, 403, "Origin not allowed: start air-mcp with --allow-origin ORIGIN")
+            return
+        if not self.token_ok(headers.get("authorization")):
+            challenge = 'Bearer realm="air-mcp"'
+            if headers.get("authorization"):
+                challenge += ', error="invalid_token"'
+            await _refuse(
+                send,
+                401,
+                "missing or wrong bearer token: send Authorization: Bearer $AIR_MCP_TOKEN",
+                [(b"www-authenticate", challenge.encode())],
+            )
+            return
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            await _refuse(send, 413, f"request body larger than {self.max_body_bytes} bytes")
+            return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(
+    send: Send, status: int, message: str, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    body = json.dumps({"error": message}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
