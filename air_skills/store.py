@@ -64,7 +64,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_start TEXT,
     stop_request TEXT,
     stop_reason TEXT,
-    tracking_note TEXT
+    tracking_note TEXT,
+    launch_env TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 -- The scheduling pass reads the head of the queue in this order (a window, not all of it).
@@ -94,10 +95,15 @@ CREATE TABLE IF NOT EXISTS settings (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS idle_supervisors (
+    pid INTEGER PRIMARY KEY,
+    start TEXT NOT NULL,
+    since REAL NOT NULL
+);
 """
 
 
-SCHEMA_VERSION = 3  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 4  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:
@@ -211,13 +217,16 @@ class Store:
         experiment_id: str | None = None,
         message: str = "QUEUED: waiting for a scheduling pass",
         tracking_note: str | None = None,
+        launch_env: str | None = None,
+        c: sqlite3.Connection | None = None,
     ) -> tuple[str, bool]:
         """Record a new QUEUED job; with an idempotency key already used, return that job.
 
+        ``launch_env``: the launching process's environment (JSON), the base of the job's.
         Returns (job_id, created).
         """
         now = time.time()
-        with self.tx() as c:
+        with self._maybe_tx(c) as c:
             if spec.idempotency_key:
                 row = c.execute(
                     "SELECT job_id FROM jobs WHERE idempotency_key = ?", (spec.idempotency_key,)
@@ -227,8 +236,8 @@ class Store:
             c.execute(
                 "INSERT INTO jobs (job_id, name, spec, status, priority, preemptible,"
                 " gpus_requested, created_at, queued_at, log_path, backend, project,"
-                " idempotency_key, message, run_id, experiment_id, tracking_note)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " idempotency_key, message, run_id, experiment_id, tracking_note, launch_env)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     name,
@@ -247,6 +256,7 @@ class Store:
                     run_id,
                     experiment_id,
                     tracking_note,
+                    launch_env,
                 ),
             )
             self._event(c, job_id, "queued", "job queued")
@@ -445,6 +455,31 @@ class Store:
         else:
             with self.tx() as cx:
                 yield cx
+
+    # --- idle supervisors: one whose job ended waits a while to run the next ---------------
+
+    def add_idle(self, pid: int, start: str) -> None:
+        with self.tx() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO idle_supervisors (pid, start, since) VALUES (?,?,?)",
+                (pid, start, time.time()),
+            )
+
+    def remove_idle(self, pid: int) -> bool:
+        """Leave the idle list. False if a pass took this supervisor first: it has a job."""
+        with self.tx() as c:
+            return bool(c.execute("DELETE FROM idle_supervisors WHERE pid=?", (pid,)).rowcount)
+
+    def claim_idle(self, c: sqlite3.Connection) -> tuple[int, str] | None:
+        """Take an idle supervisor that is still alive (the most recently idle), in a pass."""
+        from air_skills import proc
+
+        rows = c.execute("SELECT pid, start FROM idle_supervisors ORDER BY since DESC").fetchall()
+        for row in rows:
+            c.execute("DELETE FROM idle_supervisors WHERE pid=?", (row["pid"],))
+            if proc.alive(row["pid"], row["start"]):
+                return row["pid"], row["start"]
+        return None
 
     # --- GPUs, quotas, settings ------------------------------------------------------------
 

@@ -286,7 +286,10 @@ def launch_job(
     project: Annotated[
         str | None, Field(max_length=64, description="project, for GPU quotas")
     ] = None,
-    backend: Literal["local", "ray"] = "local",
+    backend: Annotated[
+        Literal["local", "ray"] | None,
+        Field(description="where to run: local, or a Ray cluster (default: AIR_HOME's setting)"),
+    ] = None,
     data: Annotated[
         list[DataInput] | None,
         Field(max_length=100, description="data inputs, seen by the job under $AIR_DATA_DIR/name"),
