@@ -122,9 +122,14 @@ def main() -> None:
     def save() -> None:
         common.save_checkpoint(
             ckpt_path,
-            {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-             "batch_rng": batch_gen.get_state(), "config": cfg},
-        )  # fmt: skip
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "step": step,
+                "batch_rng": batch_gen.get_state(),
+                "config": cfg,
+            },
+        )
 
     resumed_at = step if state is not None else None
     metrics: dict[str, float] = {}

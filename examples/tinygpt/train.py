@@ -73,9 +73,11 @@ class Block(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
         self.qkv, self.proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
         self.mlp = nn.Sequential(
-            nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd),
+            nn.Linear(n_embd, 4 * n_embd),
+            nn.GELU(),
+            nn.Linear(4 * n_embd, n_embd),
             nn.Dropout(dropout),
-        )  # fmt: skip
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
@@ -100,9 +102,8 @@ class TinyGPT(nn.Module):
         self.ln_f = nn.LayerNorm(n_embd)
         self.head = nn.Linear(n_embd, vocab, bias=False)
         self.head.weight = self.tok.weight  # tied, as in GPT-2
-        for (
-            m
-        ) in self.modules():  # GPT-2's small init; PyTorch's N(0, 1) embeddings start at loss ~30
+        # GPT-2's small init: PyTorch's N(0, 1) embeddings, tied to the head, start at loss ~30.
+        for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, std=0.02)
             if isinstance(m, nn.Linear) and m.bias is not None:
@@ -117,22 +118,23 @@ class TinyGPT(nn.Module):
 
 def main() -> None:
     cfg = common.load_config(DEFAULTS)
+    heads_fit = cfg["n_head"] > 0 and cfg["n_embd"] % cfg["n_head"] == 0
     common.check(
         cfg,
         {
-            "n_embd": (cfg["n_head"] > 0 and cfg["n_embd"] % cfg["n_head"] == 0,
-                       "a positive multiple of n_head"),
+            "n_embd": (heads_fit, "a positive multiple of n_head"),
             "n_head": (cfg["n_head"] > 0, "positive"),
             "n_layer": (cfg["n_layer"] > 0, "positive"),
             "dropout": (0.0 <= cfg["dropout"] < 1.0, "in [0, 1)"),
             "lr": (cfg["lr"] > 0, "positive"),
             "steps": (cfg["steps"] >= 0, ">= 0"),
             "eval_every": (cfg["eval_every"] > 0, "positive"),
+            "eval_batches": (cfg["eval_batches"] > 0, "positive"),
             "block_size": (cfg["block_size"] > 0, "positive"),
             "batch_size": (cfg["batch_size"] > 0, "positive"),
             "device": (cfg["device"] in ("auto", "cpu", "cuda"), "auto, cpu or cuda"),
         },
-    )  # fmt: skip
+    )
     start = time.perf_counter()
     common.set_threads()
     device = common.pick_device(cfg["device"])
@@ -148,7 +150,10 @@ def main() -> None:
     splits = {"train": data[:-n_val], "val": data[-n_val:]}
     block, batch = cfg["block_size"], cfg["batch_size"]
     if n_val <= block + 1:
-        common.fail(f"corpus of {len(text)} chars is too short for block_size={block}", 2)
+        common.fail(
+            f"corpus of {len(text)} chars is too short for block_size={block}",
+            common.EXIT_BAD_CONFIG,
+        )
 
     def get_batch(split: str, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         d = splits[split]
@@ -194,9 +199,14 @@ def main() -> None:
     def save() -> None:
         common.save_checkpoint(
             ckpt_path,
-            {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-             "batch_rng": batch_gen.get_state(), "config": cfg},
-        )  # fmt: skip
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "step": step,
+                "batch_rng": batch_gen.get_state(),
+                "config": cfg,
+            },
+        )
 
     resumed_at = step if state is not None else None
     losses: dict[str, float] = {}
