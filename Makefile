@@ -29,9 +29,14 @@ lint: install
 	$(BIN)/ruff format --check .
 
 bench: install
+	$(BIN)/pip install -q -e ".[bench]" "$(TORCH)"
 	$(BIN)/python bench/launch.py
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/packing.py
+	$(BIN)/python bench/metrics.py
+	$(BIN)/python bench/mcp.py
+	$(BIN)/python bench/search.py
+	$(BIN)/python bench/loop.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,319 @@
+"""Plain functions over studies, for the CLI and the MCP server (which only registers them).
+
+``start_study`` starts a loop (in the background by default), ``get_study`` reads a compact
+state, ``suggest_trials`` returns the proposer's next diffs without running them, and
+``stop_study`` stops a loop (and its running trials). Each returns a JSON-able dict.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
+from autoresearch.folder import (
+    LOOP_LOG,
+    REPORT_FILE,
+    STUDY_FILE,
+    LoopLock,
+    loop_alive,
+    request_stop,
+)
+from autoresearch.journal import Journal, StudyState, TrialStatus
+from autoresearch.report import load_state
+from autoresearch.study import (
+    Study,
+    check_runnable,
+    default_study_dir,
+    dump_study,
+    load_study,
+)
+
+START_TIMEOUT_S = 60.0
+
+
+def _resolve_dir(study: Study, study_dir: str | Path | None) -> Path:
+    return Path(study_dir).expanduser().resolve() if study_dir else default_study_dir(study)
+
+
+def start_study(
+    study: str | Path | dict[str, Any],
+    study_dir: str | Path | None = None,
+    *,
+    resume: bool = False,
+    background: bool = True,
+    poll_s: float = 0.25,
+) -> dict[str, Any]:
+    """Start (or resume) a study from a study file, a study folder or an inline dict.
+
+    In the background (default) the loop runs as its own process, logging to
+    ``<study_dir>/loop.log``, and this returns as soon as it has started; otherwise it runs
+    here until a budget is spent. Returns the study's state as ``get_study`` gives it.
+    """
+    source_dir = Path(study) if isinstance(study, str | Path) and Path(study).is_dir() else None
+    if source_dir is not None and (alive := loop_alive(source_dir)):
+        raise InvalidState(
+            f"a loop is already running study folder {source_dir} (pid {alive.get('pid')})",
+            hint="read it with get_study; stop it with stop_study",
+            study_dir=str(source_dir),
+        )
+    parsed = load_study(study)
+    parsed = check_runnable(parsed)
+    folder = Path(study_dir).expanduser().resolve() if study_dir else source_dir
+    folder = folder.resolve() if folder else _resolve_dir(parsed, None)
+    alive = loop_alive(folder)
+    if alive:
+        raise InvalidState(
+            f"a loop is already running study folder {folder} (pid {alive.get('pid')})",
+            hint="read it with get_study; stop it with stop_study",
+            study_dir=str(folder),
+        )
+    if Journal(folder).exists() and not resume:
+        raise InvalidState(
+            f"study folder {folder} already holds a journal",
+            hint="pass resume=true to continue it, or use another name or study_dir",
+            study_dir=str(folder),
+        )
+    if not background:
+        from autoresearch.loop import StudyLoop
+
+        StudyLoop(parsed, folder, resume=resume, poll_s=poll_s).run()
+        return get_study(folder)
+    from autoresearch.proposers import make_proposer
+
+    make_proposer(parsed.proposer)  # a missing API key fails here, not in the background
+    folder.mkdir(parents=True, exist_ok=True)
+    launch_file = folder / ".start.yaml"
+    launch_file.write_text(dump_study(parsed))
+    cmd = [
+        sys.executable,
+        "-m",
+        "autoresearch.cli",
+        "run",
+        str(launch_file),
+        "--dir",
+        str(folder),
+        "--poll-s",
+        str(poll_s),
+    ]
+    if resume:
+        cmd.append("--resume")
+    before = len(Journal(folder).read())
+    with open(folder / LOOP_LOG, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = (folder / LOOP_LOG).read_text(errors="replace").strip().splitlines()[-5:]
+            raise InvalidState(
+                f"the study loop exited at once (code {proc.returncode}): " + " / ".join(tail),
+                hint=f"read {folder / LOOP_LOG}",
+                study_dir=str(folder),
+            )
+        events = Journal(folder).read()
+        if any(e.get("event") == "session_started" for e in events[before:]):
+            break
+        time.sleep(0.05)
+    else:
+        raise InvalidState(
+            f"the study loop (pid {proc.pid}) did not start within {START_TIMEOUT_S:g} s",
+            hint=f"read {folder / LOOP_LOG}",
+            study_dir=str(folder),
+        )
+    out = get_study(folder)
+    out["pid"] = proc.pid
+    return out
+
+
+def _trial_brief(t: Any) -> dict[str, Any]:
+    return {
+        "trial": t.number,
+        "diff": t.diff,
+        "status": t.status.value,
+        "value": t.value,
+        "job_id": t.job_id,
+        "source": t.source,
+    }
+
+
+def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any]:
+    """The compact JSON view of a study: best, running, counts, budgets spent and left."""
+    now = time.time()
+    alive = loop_alive(study_dir)
+    if alive:
+        phase = "running"
+    elif state.stopped:
+        phase = "finished" if state.stopped.get("reason") != "error" else "failed"
+    else:
+        phase = "interrupted"
+    trials = state.ordered()
+    counts = {s.value.lower(): sum(1 for t in trials if t.status == s) for s in TrialStatus}
+    b = study.budget
+    wall_min = (state.wall_s_now(now) if alive else state.wall_s) / 60
+    best = state.trials.get(state.best_trial) if state.best_trial is not None else None
+    out: dict[str, Any] = {
+        "name": study.name,
+        "study_dir": str(study_dir),
+        "state": phase,
+        "pid": alive.get("pid") if alive else None,
+        "stop_reason": state.stopped.get("reason") if state.stopped else None,
+        "objective": {"metric": study.objective.metric, "direction": study.objective.direction},
+        "proposer": study.proposer.type,
+        "trials": {"total": len(trials), **counts},
+        "best": None
+        if best is None
+        else {
+            "trial": best.number,
+            "value": state.best_value,
+            "diff": best.diff,
+            "job_id": best.job_id,
+            "run_id": best.run_id,
+        },
+        "running": [
+            {**_trial_brief(t), "steps": t.steps}
+            for t in trials
+            if t.status in (TrialStatus.RUNNING, TrialStatus.PROPOSED)
+        ],
+        "noise": {
+            "repeats": study.noise.repeats,
+            "std": state.noise_std,
+            "floor": state.noise_floor,
+            "values": state.noise_values,
+        },
+        "budget": {
+            "trials": {"used": len(trials), "limit": b.trials},
+            "concurrency": b.concurrency,
+            "wall_time_min": {"used": round(wall_min, 3), "limit": b.wall_time_min},
+            "gpu_hours": {"used": round(state.gpu_hours(now), 5), "limit": b.gpu_hours},
+            "llm_usd": {
+                "used": round(state.llm_usd, 6),
+                "limit": b.llm_usd,
+                "calls": state.llm_calls,
+                "input_tokens": state.llm_input_tokens,
+                "output_tokens": state.llm_output_tokens,
+            },
+        },
+        "recent": [_trial_brief(t) for t in trials if t.status.is_final()][-5:],
+        "invalid_proposals": state.invalid_proposals,
+        "fallbacks": state.fallbacks,
+        "warnings": list(dict.fromkeys(state.warnings))[-5:],
+        "last_error": state.last_error,
+        "report": str(study_dir / REPORT_FILE) if (study_dir / REPORT_FILE).exists() else None,
+    }
+    if phase == "interrupted":
+        out["hint"] = f"no loop is running: resume with `autoresearch run {study_dir} --resume`"
+    return out
+
+
+def get_study(study_dir: str | Path) -> dict[str, Any]:
+    """A compact view of a study: state, best, running trials, budget spent and left."""
+    folder = Path(study_dir).expanduser().resolve()
+    study, state = load_state(folder)
+    return summarize(folder, study, state)
+
+
+def suggest_trials(study_dir_or_file: str | Path | dict[str, Any], n: int = 1) -> dict[str, Any]:
+    """The proposer's next ``n`` diffs for a study, without running them.
+
+    With a study folder the proposer sees the study's whole history (and LLM costs are
+    journaled against its budget); with a study file or dict it proposes from no history.
+    """
+    from autoresearch.loop import build_request
+    from autoresearch.proposers import make_proposer, suggest
+
+    if not isinstance(n, int) or not 1 <= n <= 64:
+        raise InvalidInput(f"n must be an integer from 1 to 64, got {n!r}", hint="pass n=1..64")
+    folder: Path | None = None
+    if isinstance(study_dir_or_file, str | Path) and Path(study_dir_or_file).is_dir():
+        folder = Path(study_dir_or_file).expanduser().resolve()
+    if folder is not None and Journal(folder).exists():
+        study, state = load_state(folder)
+    else:
+        source = study_dir_or_file
+        if folder is not None:
+            if not (folder / STUDY_FILE).exists():
+                raise NotFound(f"no study in {folder}", hint="give a study folder or a study file")
+            source = folder / STUDY_FILE
+        study, state = load_study(source), StudyState()
+    proposer = make_proposer(study.proposer)
+    result = suggest(proposer, build_request(study, state, n, purpose="suggest"))
+    if folder is not None and Journal(folder).exists():
+        journal = Journal(folder)
+        for kind, fields in result.events:
+            if kind == "llm_call":  # money spent is money spent, loop or not
+                journal.append(kind, **fields)
+    return {
+        "study": study.name,
+        "history": len(state.trials),
+        "suggestions": [
+            {
+                "diff": p.diff,
+                "config": study.config_for(p.diff),
+                "rationale": p.rationale,
+                "source": p.source,
+            }
+            for p in result.proposals
+        ],
+        "stop_reason": result.stop_reason,
+        "llm_usd": round(sum(f.get("usd", 0.0) for k, f in result.events if k == "llm_call"), 6),
+        "notes": [
+            f"{k}: {f.get('reason') or f.get('error') or '; '.join(f.get('problems', []))}"
+            for k, f in result.events
+            if k in ("fallback", "invalid_proposal") or (k == "llm_call" and not f.get("ok"))
+        ],
+    }
+
+
+def stop_study(
+    study_dir: str | Path, *, cancel_running: bool = True, timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """Stop a study: ask its loop to stop (cancelling running trials unless told not to) and
+    wait for it; with no loop running, cancel the study's running trials directly."""
+    folder = Path(study_dir).expanduser().resolve()
+    study, state = load_state(folder)
+    alive = loop_alive(folder)
+    if alive:
+        request_stop(folder, cancel_running, "stop_study")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and loop_alive(folder):
+            time.sleep(0.1)
+        out = get_study(folder)
+        if loop_alive(folder):
+            out["hint"] = "the loop has not stopped yet: it finishes its current step; check again"
+        return out
+    cancelled: list[str] = []
+    active = [t for t in state.ordered() if t.job_id and not t.job_done]
+    if state.stopped and not active:
+        out = get_study(folder)
+        out["cancelled_jobs"] = cancelled
+        return out  # already stopped: nothing to do
+    if cancel_running:
+        from air_skills.client import Client
+
+        with LoopLock(folder):
+            client = Client()
+            for t in state.ordered():
+                if t.job_id and not t.job_done:
+                    try:
+                        client.cancel(t.job_id, reason="stop_study", wait_s=0)
+                        cancelled.append(t.job_id)
+                    except AirError:
+                        pass
+            Journal(folder).append("stopped", reason="stop-request", detail="no loop was running")
+    out = get_study(folder)
+    out["cancelled_jobs"] = cancelled
+    return out
+
+
+__all__ = ["get_study", "start_study", "stop_study", "suggest_trials", "summarize"]

@@ -1,0 +1,322 @@
+"""The ``autoresearch`` command: run, watch, report, stop studies, and the offline demo.
+
+Every command takes ``--json``; exit 0 on success, 2 on bad input, 1 otherwise. Errors print
+``[code] what happened`` and ``Next: what to do``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from air_skills.errors import AirError, InvalidInput, NotFound
+
+app = typer.Typer(
+    help="autoresearch: proposers suggest config diffs, trials run in parallel on the GPU pool,"
+    " losers stop early, the best is kept, within hard budgets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+JsonOpt = typer.Option(False, "--json", help="print JSON for agents and scripts")
+
+DEMO_TRIALS = 14
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn AIR errors into `[code] message` + `Next: hint` and the contract's exit codes."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = kwargs.get("as_json", False)
+        try:
+            return fn(*args, **kwargs)
+        except AirError as exc:
+            if as_json:
+                print(json.dumps({"error": exc.to_dict()}, indent=2, default=str))
+            else:
+                err.print(f"[red]\\[{exc.code}][/red] {escape(exc.message)}", highlight=False)
+                problems = getattr(exc, "problems", None) or []
+                if problems and not exc.message.endswith(tuple(problems[-1:])):
+                    for p in problems:
+                        err.print(f"  - {escape(p)}", highlight=False)
+                if exc.hint:
+                    err.print(f"Next: {escape(exc.hint)}", highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _progress(as_json: bool) -> Callable[[str], None]:
+    def log(line: str) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        err.print(f"[dim]{stamp}[/dim] {line}", highlight=False, soft_wrap=True)
+
+    return log
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("study", f"{s['name']}  ({s['study_dir']})")
+    state = s["state"] + (f" ({s['stop_reason']})" if s.get("stop_reason") else "")
+    table.add_row("state", state)
+    t = s["trials"]
+    table.add_row(
+        "trials",
+        f"{t['total']}/{s['budget']['trials']['limit']}: "
+        + ", ".join(f"{v} {k}" for k, v in t.items() if k != "total" and v),
+    )
+    best = s.get("best")
+    if best:
+        diff = ", ".join(f"{k}={v}" for k, v in best["diff"].items()) or "(base config)"
+        table.add_row(
+            "best", f"trial {best['trial']}: {s['objective']['metric']}={best['value']:.5g}  {diff}"
+        )
+    noise = s["noise"]
+    if noise["repeats"]:
+        floor = "measuring" if noise["floor"] is None else f"{noise['floor']:.4g}"
+        table.add_row("noise floor", floor)
+    b = s["budget"]
+    spent = [f"wall {b['wall_time_min']['used']:.1f} min"]
+    if b["wall_time_min"]["limit"]:
+        spent[-1] += f" / {b['wall_time_min']['limit']:g}"
+    spent.append(f"GPU-h {b['gpu_hours']['used']:.3f}")
+    if b["gpu_hours"]["limit"]:
+        spent[-1] += f" / {b['gpu_hours']['limit']:g}"
+    if s["proposer"] == "llm" or b["llm_usd"]["calls"]:
+        spent.append(f"LLM ${b['llm_usd']['used']:.4f} / ${b['llm_usd']['limit']:g}")
+    table.add_row("budget", " · ".join(spent))
+    for r in s["running"]:
+        table.add_row(
+            "running", f"trial {r['trial']} {r['job_id'] or '(not launched)'} {r['diff'] or ''}"
+        )
+    if s.get("last_error"):
+        table.add_row("error", f"[{s['last_error']['code']}] {s['last_error']['message']}")
+    if s.get("report"):
+        table.add_row("report", s["report"])
+    if s.get("hint"):
+        table.add_row("next", s["hint"])
+    out.print(table)
+
+
+@app.command()
+@_guard
+def run(
+    study: Path = typer.Argument(..., help="a study YAML file, or a study folder to resume"),
+    resume: bool = typer.Option(False, "--resume", help="continue a killed or stopped study"),
+    study_dir: Path | None = typer.Option(
+        None, "--dir", help="study folder (default ./studies/<name>/)"
+    ),
+    poll_s: float = typer.Option(
+        0.25, "--poll-s", help="longest wait between checks of running trials (s)"
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a study until a budget is spent; `--resume` re-attaches to its running trials."""
+    from autoresearch.api import get_study
+    from autoresearch.loop import run_study
+
+    result = run_study(study, study_dir, resume=resume, poll_s=poll_s, log=_progress(as_json))
+    summary = get_study(result.study_dir)
+    if as_json:
+        _print_json(summary)
+    else:
+        _print_summary(summary)
+
+
+@app.command()
+@_guard
+def status(
+    study_dir: Path = typer.Argument(..., help="the study folder"),
+    watch: bool = typer.Option(False, "--watch", help="refresh until the loop stops"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Where a study stands: trials done and running, best, budget spent."""
+    from autoresearch.api import get_study
+
+    summary = get_study(study_dir)
+    if as_json:
+        _print_json(summary)
+        return
+    if not watch:
+        _print_summary(summary)
+        return
+    from rich.live import Live
+
+    with Live(console=out, refresh_per_second=1) as live:
+        while True:
+            summary = get_study(study_dir)
+            table = Table(title=f"{summary['name']} — {summary['state']}")
+            for col in ("trial", "status", summary["objective"]["metric"], "diff"):
+                table.add_column(col)
+            for r in summary["recent"] + summary["running"]:
+                value = "" if r["value"] is None else f"{r['value']:.5g}"
+                table.add_row(str(r["trial"]), r["status"], value, json.dumps(r["diff"]))
+            best = summary["best"]
+            table.caption = (
+                f"best: trial {best['trial']} = {best['value']:.5g}" if best else "no best yet"
+            ) + f" · trials {summary['trials']['total']}/{summary['budget']['trials']['limit']}"
+            live.update(table)
+            if summary["state"] != "running":
+                break
+            time.sleep(2)
+    _print_summary(summary)
+
+
+@app.command()
+@_guard
+def report(
+    study_dir: Path = typer.Argument(..., help="the study folder"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write report.md and objective.png into the study folder."""
+    from autoresearch.report import write_report
+
+    paths = write_report(study_dir)
+    if as_json:
+        _print_json(paths)
+        return
+    out.print(f"report: {paths['report']}\nplot:   {paths['plot']}")
+    if paths["best"]:
+        b = paths["best"]
+        out.print(f"best:   trial {b['trial']} = {b['value']:.5g}  {b['diff'] or '(base config)'}")
+
+
+@app.command()
+@_guard
+def stop(
+    study_dir: Path = typer.Argument(..., help="the study folder"),
+    keep_running: bool = typer.Option(
+        False, "--keep-running", help="let running trials finish; launch no more"
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Stop a study's loop (and cancel its running trials, unless --keep-running)."""
+    from autoresearch.api import stop_study
+
+    summary = stop_study(study_dir, cancel_running=not keep_running)
+    if as_json:
+        _print_json(summary)
+    else:
+        _print_summary(summary)
+
+
+@app.command()
+@_guard
+def suggest(
+    study: Path = typer.Argument(..., help="a study folder (uses its history) or study file"),
+    n: int = typer.Option(1, "-n", help="how many diffs"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """The proposer's next N config diffs, without running them."""
+    from autoresearch.api import suggest_trials
+
+    result = suggest_trials(study, n)
+    if as_json:
+        _print_json(result)
+        return
+    for s in result["suggestions"]:
+        out.print(f"{json.dumps(s['diff'])}  [dim]{s['source']}[/dim]  {s['rationale']}")
+
+
+# --- the demo ------------------------------------------------------------------------------
+
+
+def find_examples() -> Path:
+    """The repository's examples/ folder: under the current folder, else beside the package."""
+    import autoresearch
+
+    for root in (Path.cwd(), Path(autoresearch.__file__).resolve().parents[1]):
+        if (root / "examples" / "mlp" / "study.yaml").exists():
+            return root / "examples"
+    raise NotFound(
+        "the demo needs examples/mlp/ (train.py, study.yaml) and found it neither under the"
+        " current folder"
+        " nor beside the installed package",
+        hint="run `autoresearch demo` from a clone of the repository",
+    )
+
+
+def demo_study(examples: Path, proposer: str, trials: int) -> dict[str, Any]:
+    """The MLP example's own study file, made small: 2 trials at a time, no GPU, a few minutes
+    on 2 CPU cores, and runnable from any folder."""
+    from autoresearch.study import read_yaml
+
+    study = read_yaml(examples / "mlp" / "study.yaml")
+    proposer_cfg: dict[str, Any] = {"type": proposer}
+    if proposer == "llm":
+        use_openai = os.environ.get("OPENAI_API_KEY") and not os.environ.get("ANTHROPIC_API_KEY")
+        proposer_cfg = {"type": "llm", "provider": "openai" if use_openai else "anthropic"}
+    study.update(
+        name=f"demo-{study['name']}-{proposer}",
+        workdir=str(examples.parent),
+        budget={"trials": trials, "concurrency": 2, "wall_time_min": 8, "llm_usd": 0.25},
+        gpus_per_trial=0,
+        proposer=proposer_cfg,
+    )
+    return study
+
+
+@app.command()
+@_guard
+def demo(
+    proposer: str = typer.Option("tpe", "--proposer", help="tpe | random | llm (needs a key)"),
+    trials: int = typer.Option(DEMO_TRIALS, "--trials", help="trials in all, baseline included"),
+    study_dir: Path | None = typer.Option(None, "--dir", help="study folder"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run a small study on the bundled MLP example: no GPU, no server, a few minutes."""
+    from autoresearch.api import get_study
+    from autoresearch.loop import run_study
+
+    if proposer not in ("tpe", "random", "llm"):
+        raise InvalidInput(f"unknown proposer {proposer!r}", hint="use tpe, random or llm")
+    examples = find_examples()
+    study = demo_study(examples, proposer, trials)
+    folder = (
+        study_dir or Path.cwd() / "studies" / f"{study['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    log = _progress(as_json)
+    log(f"demo: {trials} trials of examples/mlp, 2 at a time, proposer {proposer}, in {folder}")
+    result = run_study(study, folder, log=log)
+    summary = get_study(result.study_dir)
+    if as_json:
+        _print_json(summary)
+        return
+    _print_summary(summary)
+    best = summary.get("best")
+    if best:
+        out.print(
+            f"\n[bold green]best val_loss {best['value']:.4f}[/bold green] (trial {best['trial']},"
+            f" {best['diff'] or 'base config'})"
+        )
+    out.print(f"report: {summary['report']}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

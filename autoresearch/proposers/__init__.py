@@ -1,0 +1,37 @@
+"""Proposers: ``llm`` (Anthropic or OpenAI), ``tpe`` (Optuna) and ``random``, one interface."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoresearch.proposers.base import (
+    Proposal,
+    ProposalRequest,
+    ProposalResult,
+    Proposer,
+    suggest,
+)
+from autoresearch.proposers.random_search import RandomProposer
+from autoresearch.proposers.tpe import TpeProposer
+
+__all__ = [
+    "Proposal",
+    "ProposalRequest",
+    "ProposalResult",
+    "Proposer",
+    "RandomProposer",
+    "TpeProposer",
+    "make_proposer",
+    "suggest",
+]
+
+
+def make_proposer(config: Any) -> Proposer:
+    """The proposer a study's ``proposer`` section names (an LLM one checks its key now)."""
+    if config.type == "random":
+        return RandomProposer(config.seed)
+    if config.type == "tpe":
+        return TpeProposer(config.seed, config.n_startup_trials)
+    from autoresearch.proposers.llm import LLMProposer
+
+    return LLMProposer(config)

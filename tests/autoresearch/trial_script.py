@@ -1,0 +1,54 @@
+"""A fast stand-in for a training script: reads AIR_CONFIG_FILE, reports a loss curve, and
+records its own start and end times so that tests can check concurrency from the outside.
+
+Config: x, y (the loss is (x-0.3)^2 + (y-0.6)^2 plus noise*seed jitter), steps, sleep_s per
+step, log ("summary": only the closing `---` block; "mlflow": every step too), stamp_dir,
+metric (the objective's name), fail (raise), noise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    cfg = json.loads(Path(os.environ["AIR_CONFIG_FILE"]).read_text())
+    started = time.time()
+    stamp_dir = cfg.get("stamp_dir")
+    job = os.environ.get("AIR_JOB_ID", "local")
+    if stamp_dir:
+        Path(stamp_dir, f"{job}.start").write_text(json.dumps({"t": started, **cfg}))
+    x, y = float(cfg.get("x", 0.0)), float(cfg.get("y", 0.0))
+    jitter = random.Random(cfg.get("seed", 0)).gauss(0, 1) * float(cfg.get("noise", 0.0))
+    final = (x - 0.3) ** 2 + (y - 0.6) ** 2 + jitter
+    steps = int(cfg.get("steps", 3))
+    metric = cfg.get("metric", "loss")
+    client = None
+    if cfg.get("log") == "mlflow":
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    for step in range(steps + 1):
+        value = final + 1.0 / (1 + step)
+        if client is not None:
+            client.log_metric(os.environ["MLFLOW_RUN_ID"], metric, value, step=step)
+        print(f"step {step} {metric} {value:.4f}", flush=True)
+        if cfg.get("fail"):
+            raise RuntimeError(f"boom: x={x} breaks the model")
+        if step < steps:
+            time.sleep(float(cfg.get("sleep_s", 0.1)))
+    if stamp_dir:
+        Path(stamp_dir, f"{job}.end").write_text(json.dumps({"t": time.time()}))
+    print("---")
+    print(f"{metric}: {final + 1.0 / (1 + steps)}")
+    print(f"other_metric: {x}")
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
