@@ -366,6 +366,9 @@ class StudyLoop:
             timeout_min=self.study.trial_timeout_min,
             max_retries=0,
             idempotency_key=f"ar-{self.state.study_id}-t{t.number}-a{attempt}",
+            project=self.study.project,
+            data=self.study.data,
+            **({"backend": self.study.backend} if self.study.backend else {}),
         )
         started = time.time()
         info = self.client.launch(spec)

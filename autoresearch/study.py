@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from air_skills.errors import InvalidSpec, NotFound
+from air_skills.models import DataInput
 
 Scalar = str | int | float | bool | None
 STUDIES_DIR = "studies"
@@ -218,6 +219,9 @@ class Study(_Strict):
     trial_timeout_min: float | None = Field(default=None, gt=0)
     max_infra_retries: int = Field(default=1, ge=0, le=20)  # relaunches after GPU/host faults
     experiment: str | None = Field(default=None, min_length=1)  # MLflow experiment
+    backend: Literal["local", "ray"] | None = None  # None: AIR_HOME's default (local)
+    project: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    data: list[DataInput] = Field(default_factory=list)  # [{name, path}], as in a job spec
 
     @field_validator("command", mode="before")
     @classmethod

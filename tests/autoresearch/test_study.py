@@ -159,3 +159,20 @@ def test_check_runnable_finds_a_missing_script(tmp_path: Path) -> None:
     assert "nope.py" in info.value.problems[0]
     (tmp_path / "nope.py").write_text("")
     assert check_runnable(s).workdir == str(tmp_path.resolve())
+
+
+def test_backend_project_and_data_keys(tmp_path: Path) -> None:
+    from autoresearch.study import Study
+
+    base = {
+        "name": "s",
+        "command": ["python", "t.py"],
+        "search_space": {"lr": {"type": "float", "low": 0.1, "high": 1.0}},
+        "objective": {"metric": "loss", "direction": "minimize"},
+    }
+    study = Study.model_validate(
+        {**base, "backend": "ray", "project": "vision", "data": [{"name": "d", "path": "/x"}]}
+    )
+    assert study.backend == "ray" and study.project == "vision" and study.data[0].name == "d"
+    with pytest.raises(ValueError):
+        Study.model_validate({**base, "backend": "slurm"})
