@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -21,11 +22,22 @@ from air_skills.errors import (
     TrackingUnavailable,
 )
 from air_skills.gpus import provider
-from air_skills.home import check_job_id, default_home, ensure_home
+from air_skills.home import check_job_id, default_home, ensure_home, write_launch_env
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
 from air_skills.store import Store, new_job_id, row_to_info
 
 MAX_LOG_BYTES = 256 * 1024
+
+
+def _resolved(folder: str) -> Path:
+    """``folder`` made absolute, with ``~`` and symlinks expanded."""
+    return _real_path(os.path.abspath(os.path.expanduser(folder)))
+
+
+@functools.lru_cache(maxsize=64)
+def _real_path(absolute: str) -> Path:
+    # One lstat per part of the path: cached, as one process mostly launches from one folder.
+    return Path(absolute).resolve()
 
 
 class Client:
@@ -80,10 +92,10 @@ class Client:
         jdir = self.home / "jobs" / job_id
         jdir.mkdir(parents=True)
         (jdir / "config.json").write_text(json.dumps(spec.config, indent=1))
+        write_launch_env(jdir)  # whichever process starts the job, it gets this environment
         (jdir / "data").mkdir()
         self._link_data(spec, jdir)
-        log_path = jdir / "output.log"
-        log_path.touch()
+        log_path = jdir / "output.log"  # created when the job starts; logs() reads none as ""
         name = spec.name or Path(spec.command[0]).name
         run_id = experiment_id = None
         tracking_note = None
@@ -99,17 +111,27 @@ class Client:
                 self._log_data_inputs(spec, run_id)
             except TrackingUnavailable as exc:
                 tracking_note = f"tracking unavailable: {exc.message}"
-        got, created = self.store.queue(
-            spec, job_id, str(log_path), name, run_id, experiment_id, tracking_note=tracking_note
-        )
-        if not created:  # a concurrent caller with the same idempotency key won
+        gpus = local.schedulable_gpus(self.store)
+        with self.store.tx() as c:  # queued and scheduled at once: one transaction
+            got, created = self.store.queue(
+                spec,
+                job_id,
+                str(log_path),
+                name,
+                run_id,
+                experiment_id,
+                tracking_note=tracking_note,
+                c=c,
+            )
+            decided = local.pass_in_tx(self.store, c, gpus, new_job=job_id) if created else None
+        if decided is None:  # a concurrent caller with the same idempotency key won
             self._discard(jdir, run_id)
             return self.get(got)
-        local.schedule_pass(self.store, new_job=job_id)
+        local.after_pass(self.store, decided)
         return self.get(job_id)
 
     def _resolve(self, spec: JobSpec) -> JobSpec:
-        workdir = Path(spec.workdir or os.getcwd()).expanduser().resolve()
+        workdir = _resolved(spec.workdir or os.getcwd())
         if not workdir.is_dir():
             raise InvalidSpec(
                 f"workdir {workdir} does not exist",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -54,3 +55,23 @@ def check_job_id(job_id: str) -> str:
 
 def job_dir(home: Path, job_id: str) -> Path:
     return home / "jobs" / check_job_id(job_id)
+
+
+LAUNCH_ENV = "env.json"  # in the job's folder: the environment it was launched from
+
+
+def write_launch_env(jdir: Path) -> None:
+    """Save this process's environment for the job (owner-only: it may hold secrets)."""
+    fd = os.open(jdir / LAUNCH_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(dict(os.environ), f)
+
+
+def read_launch_env(jdir: Path) -> dict[str, str] | None:
+    """The environment the job was launched from; None for a job launched without one."""
+    try:
+        with open(jdir / LAUNCH_ENV) as f:
+            env = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return env if isinstance(env, dict) else None

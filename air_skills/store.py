@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from air_skills.errors import StoreError
-from air_skills.home import ensure_home
+from air_skills.home import LAUNCH_ENV, ensure_home
 from air_skills.status import PRIORITY_RANK, JobStatus
 
 if TYPE_CHECKING:
@@ -64,8 +65,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_start TEXT,
     stop_request TEXT,
     stop_reason TEXT,
-    tracking_note TEXT,
-    launch_env TEXT
+    tracking_note TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 -- The scheduling pass reads the head of the queue in this order (a window, not all of it).
@@ -120,6 +120,10 @@ def _schema_columns() -> dict[str, dict[str, str]]:
     return tables
 
 
+_T = TypeVar("_T")
+BUSY_TIMEOUT_S = 60.0  # how long a reader or a writer waits for the database before failing
+
+
 def new_job_id() -> str:
     # os.urandom, as secrets.token_hex does; importing secrets would cost every process 5 ms.
     return "job-" + os.urandom(5).hex()
@@ -136,13 +140,15 @@ class Store:
                 self.path, timeout=60, isolation_level=None, check_same_thread=False
             )
             self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA busy_timeout = 60000")
+            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             self.conn.execute("PRAGMA synchronous = NORMAL")
             if mode != "wal":
                 raise sqlite3.OperationalError(f"journal mode is {mode}, not wal")
             if self.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 self._migrate()
+            # From here on, waits for the database are ours (_begin_immediate, read): short.
+            self.conn.execute("PRAGMA busy_timeout = 0")
         except sqlite3.DatabaseError as exc:
             raise self._wrap(exc) from None
 
@@ -180,16 +186,9 @@ class Store:
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """One BEGIN IMMEDIATE transaction; busy waits are handled by SQLite's busy timeout."""
+        """One BEGIN IMMEDIATE transaction, waiting for the write lock as long as it takes."""
         try:
-            for attempt in range(20):
-                try:
-                    self.conn.execute("BEGIN IMMEDIATE")
-                    break
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or attempt == 19:
-                        raise
-                    time.sleep(0.05 * (attempt + 1))
+            self._begin_immediate()
             try:
                 yield self.conn
             except BaseException:
@@ -199,9 +198,37 @@ class Store:
         except sqlite3.DatabaseError as exc:
             raise self._wrap(exc) from None
 
+    def _begin_immediate(self) -> None:
+        """BEGIN IMMEDIATE, waiting for the write lock (see _busy_retry)."""
+        self._busy_retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+
+    def _busy_retry(self, attempt: Callable[[], _T]) -> _T:
+        """``attempt()``, tried again every 50 µs to 1 ms while the database is busy.
+
+        The connection's busy timeout is 0 and this is its wait: SQLite's own busy handler
+        sleeps 1, 2, 5, 10 ms... between tries, while a transaction here holds the lock for a
+        fraction of a millisecond, so with many processes writing (a supervisor per job) the
+        lock would sit idle while everyone sleeps. Gives up after BUSY_TIMEOUT_S.
+        """
+        deadline: float | None = None
+        delay = 50e-6
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if "locked" not in text and "busy" not in text:
+                    raise
+                now = time.monotonic()
+                deadline = deadline or now + BUSY_TIMEOUT_S
+                if now > deadline:
+                    raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 1e-3)
+
     def read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         try:
-            return self.conn.execute(sql, args).fetchall()
+            return self._busy_retry(lambda: self.conn.execute(sql, args).fetchall())
         except sqlite3.DatabaseError as exc:
             raise self._wrap(exc) from None
 
@@ -217,12 +244,10 @@ class Store:
         experiment_id: str | None = None,
         message: str = "QUEUED: waiting for a scheduling pass",
         tracking_note: str | None = None,
-        launch_env: str | None = None,
         c: sqlite3.Connection | None = None,
     ) -> tuple[str, bool]:
         """Record a new QUEUED job; with an idempotency key already used, return that job.
 
-        ``launch_env``: the launching process's environment (JSON), the base of the job's.
         Returns (job_id, created).
         """
         now = time.time()
@@ -236,8 +261,8 @@ class Store:
             c.execute(
                 "INSERT INTO jobs (job_id, name, spec, status, priority, preemptible,"
                 " gpus_requested, created_at, queued_at, log_path, backend, project,"
-                " idempotency_key, message, run_id, experiment_id, tracking_note, launch_env)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " idempotency_key, message, run_id, experiment_id, tracking_note)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     name,
@@ -256,7 +281,6 @@ class Store:
                     run_id,
                     experiment_id,
                     tracking_note,
-                    launch_env,
                 ),
             )
             self._event(c, job_id, "queued", "job queued")
@@ -294,13 +318,21 @@ class Store:
         return bool(cur.rowcount)
 
     def set_supervisor(
-        self, job_id: str, pid: int, start: str, c: sqlite3.Connection | None = None
+        self,
+        job_id: str,
+        pid: int | None,
+        start: str | None,
+        c: sqlite3.Connection | None = None,
+        only_if: int | None = None,
     ) -> None:
+        """Record a RUNNING job's supervisor (None: none yet); ``only_if`` it is this pid now."""
+        guard = " AND supervisor_pid=?" if only_if is not None else ""
+        args = (pid, start, job_id) + ((only_if,) if only_if is not None else ())
         with self._maybe_tx(c) as cx:
             cx.execute(
                 "UPDATE jobs SET supervisor_pid=?, supervisor_start=? WHERE job_id=?"
-                " AND status='RUNNING'",
-                (pid, start, job_id),
+                " AND status='RUNNING'" + guard,
+                args,
             )
 
     def set_processes(
@@ -322,8 +354,11 @@ class Store:
         )
         return bool(cur.rowcount)
 
-    def set_running(self, job_id: str, pid: int, start: str, message: str) -> None:
-        with self.tx() as c:
+    def set_running(
+        self, job_id: str, pid: int, start: str, message: str, c: sqlite3.Connection | None = None
+    ) -> None:
+        """Record the (pid, start time) of a RUNNING job's command."""
+        with self._maybe_tx(c) as c:
             c.execute(
                 "UPDATE jobs SET job_pid=?, job_start=?, message=? WHERE job_id=?"
                 " AND status='RUNNING'",
@@ -383,6 +418,8 @@ class Store:
             )
             if cur.rowcount:
                 self._event(cx, job_id, status.value.lower(), message)
+                # The launch environment may hold secrets: an ended job needs it no more.
+                (self.home / "jobs" / job_id / LAUNCH_ENV).unlink(missing_ok=True)
             return bool(cur.rowcount)
 
     def requeue(
@@ -458,26 +495,37 @@ class Store:
 
     # --- idle supervisors: one whose job ended waits a while to run the next ---------------
 
-    def add_idle(self, pid: int, start: str) -> None:
+    def add_idle(self, pid: int, start: str, limit: int) -> bool:
+        """Join the idle list, unless ``limit`` supervisors are idle already."""
         with self.tx() as c:
+            (idle,) = c.execute("SELECT count(*) FROM idle_supervisors").fetchone()
+            if idle >= limit:
+                return False
             c.execute(
                 "INSERT OR REPLACE INTO idle_supervisors (pid, start, since) VALUES (?,?,?)",
                 (pid, start, time.time()),
             )
+            return True
 
     def remove_idle(self, pid: int) -> bool:
         """Leave the idle list. False if a pass took this supervisor first: it has a job."""
         with self.tx() as c:
             return bool(c.execute("DELETE FROM idle_supervisors WHERE pid=?", (pid,)).rowcount)
 
-    def claim_idle(self, c: sqlite3.Connection) -> tuple[int, str] | None:
-        """Take an idle supervisor that is still alive (the most recently idle), in a pass."""
-        from air_skills import proc
+    def claim_idle(
+        self, c: sqlite3.Connection, alive: Callable[[int, str], bool] | None = None
+    ) -> tuple[int, str] | None:
+        """Take an idle supervisor that is still alive (the most recently idle), in a pass.
+
+        ``alive(pid, start)``: the liveness check (default: proc.alive).
+        """
+        if alive is None:
+            from air_skills.proc import alive
 
         rows = c.execute("SELECT pid, start FROM idle_supervisors ORDER BY since DESC").fetchall()
         for row in rows:
             c.execute("DELETE FROM idle_supervisors WHERE pid=?", (row["pid"],))
-            if proc.alive(row["pid"], row["start"]):
+            if alive(row["pid"], row["start"]):
                 return row["pid"], row["start"]
         return None
 

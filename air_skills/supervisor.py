@@ -10,11 +10,15 @@ Run as ``python -m air_skills.supervisor JOB_ID`` with AIR_HOME set; with
 child: the spawner's child started it and became this process by exec), or
 ``--start-error TEXT`` when that start failed. When its job ends, the supervisor records
 the end and runs a scheduling pass in one transaction, and supervises the first job that
-the pass starts itself, so a stream of short jobs costs no interpreter boot per job.
+the pass starts itself, so a stream of short jobs costs no interpreter boot per job. With
+none to run, it waits up to AIR_SUPERVISOR_LINGER_S as an idle supervisor: a pass that starts
+a job hands it over (POKE_SIGNAL), and the job starts without a process being created.
+A job runs in the environment it was launched from (its folder's env.json), whoever starts it.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -32,12 +36,16 @@ from air_skills import proc
 from air_skills.backends import local
 from air_skills.backends.local import MAX_INFRA_RETRIES, thread_caps
 from air_skills.gpus import GpuFault, provider
+from air_skills.home import read_launch_env
 from air_skills.status import JobStatus
 from air_skills.store import Store
 
 GRACE_S = float(os.environ.get("AIR_GRACE_S", "10"))
 HEALTH_INTERVAL_S = float(os.environ.get("AIR_HEALTH_INTERVAL_S", "5"))
 POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll this often
+# With no job to run, a supervisor waits this long for a pass to hand it one (no process to
+# create then: the job starts at once); 0 to exit at once.
+LINGER_S = float(os.environ.get("AIR_SUPERVISOR_LINGER_S", "60"))
 _WAKE_FD: int | None = None  # read end of the signal wakeup pipe (set by main)
 
 
@@ -62,7 +70,7 @@ class CommandLaunch:
                 self.argv,
                 cwd=self.cwd,
                 env=self.env,
-                stdin=subprocess.DEVNULL,
+                stdin=_devnull(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 process_group=0,
@@ -72,13 +80,26 @@ class CommandLaunch:
             log.close()
 
 
+_DEVNULL: int | None = None
+
+
+def _devnull() -> int:
+    """/dev/null, opened once per process (every job's stdin)."""
+    global _DEVNULL
+    if _DEVNULL is None:
+        _DEVNULL = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    return _DEVNULL
+
+
 def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) -> CommandLaunch:
     """The launch of a started job's command, from its record: what the job receives."""
     job_id = row["job_id"]
     job_dir = home / "jobs" / job_id
     ckpt = job_dir / "checkpoints"
     ckpt.mkdir(exist_ok=True)
-    env = dict(os.environ)
+    # The environment of the process that launched the job, whoever starts it.
+    launched = read_launch_env(job_dir)
+    env = launched if launched is not None else dict(os.environ)
     for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
         env.pop(key, None)
     env.update(thread_caps(row["cpus"] or 1))
@@ -99,7 +120,10 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
     if row["run_id"]:
         from air_skills.tracking import tracking_uri
 
-        env["MLFLOW_TRACKING_URI"] = tracking_uri(home)
+        # Where the launching process created the run.
+        env["MLFLOW_TRACKING_URI"] = (launched or {}).get("MLFLOW_TRACKING_URI") or (
+            tracking_uri(home)
+        )
         env["MLFLOW_RUN_ID"] = row["run_id"]
         env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
     env.update(spec.get("env") or {})
@@ -139,6 +163,9 @@ class _StartedChild:
 
 
 _SELF_START: str | None = None
+# POKE_SIGNAL arrived: read the state now. One flag for the process, so that a poke that comes
+# while one job hands over to the next is not lost (a stale one costs one read).
+_POKED = threading.Event()
 
 
 def _self_start() -> str:
@@ -146,6 +173,28 @@ def _self_start() -> str:
     if _SELF_START is None:
         _SELF_START = proc.start_time(os.getpid()) or ""
     return _SELF_START
+
+
+# A command that ends within this time of its start is not put on record as running (its end
+# is, a moment later): a transaction less per short job. Anything longer is recorded then, so
+# that were its supervisor lost, reconcile finds and stops it.
+RECORD_AFTER_S = 0.002
+
+
+def _record_command(store: Store, job_id: str, pid: int, gpus: list[int]) -> None:
+    """Record a started command's pid and start time, unless it has already ended."""
+    if not local.wait_exit(pid, RECORD_AFTER_S):
+        store.set_running(job_id, pid, proc.start_time(pid) or "", local.running_message(gpus))
+
+
+@dataclass
+class Started:
+    """A job given to this process (its own pass started it, or another's handed it over):
+    its record, and its command when already started (or why that failed)."""
+
+    row: Any
+    child: subprocess.Popen[bytes] | None = None
+    error: str | None = None
 
 
 class Supervisor:
@@ -156,6 +205,7 @@ class Supervisor:
         store: Store | None = None,
         job_pid: int | None = None,
         start_error: str | None = None,
+        started: Started | None = None,
     ) -> None:
         self.home = home
         self.job_id = job_id
@@ -163,18 +213,22 @@ class Supervisor:
         self.job_pid = job_pid  # the command, when the spawner started it
         self.start_error = start_error  # why the spawner could not start it
         self.stop_signal = threading.Event()
-        self.poke = threading.Event()  # STOP_SIGNAL: read the stop request now
         self._outcome: tuple[Callable[..., bool], tuple[Any, ...], dict[str, Any]] | None = None
         self.child: subprocess.Popen[bytes] | _StartedChild | None = None
+        self._started = started  # given to this process: its row (and command, if started)
+        if started is not None:
+            self.child = started.child
+            self.job_pid = started.child.pid if started.child else None
+            self.start_error = started.error
         self.infra_faults: list[GpuFault] = []
         self.timed_out = False
         self._warm: threading.Thread | None = None
 
     # --- the whole life of one attempt ----------------------------------------------------
 
-    def run(self) -> str | None:
+    def run(self) -> Started | None:
         """Supervise the attempt; returns a job that this process is to supervise next."""
-        row = self.store.row(self.job_id)
+        row = self._started.row if self._started else self.store.row(self.job_id)
         me = os.getpid()
         if row is None or row["status"] != "RUNNING" or row["supervisor_pid"] not in (None, me):
             if self.job_pid:  # started for a record that is not ours: it must not run alone
@@ -184,7 +238,7 @@ class Supervisor:
             self.store.set_supervisor(self.job_id, me, _self_start())
         signal.signal(signal.SIGTERM, lambda *_: self.stop_signal.set())
         signal.signal(signal.SIGINT, lambda *_: self.stop_signal.set())
-        signal.signal(local.STOP_SIGNAL, lambda *_: self.poke.set())
+        signal.signal(local.POKE_SIGNAL, lambda *_: _POKED.set())
         self.spec: dict[str, Any] = json.loads(row["spec"])
         self.gpus: list[int] = json.loads(row["gpus"])
         self.row = row
@@ -194,12 +248,13 @@ class Supervisor:
         self._attempt(row)
         return self._commit()
 
-    def _commit(self) -> str | None:
+    def _commit(self) -> Started | None:
         """Record the attempt's end and run a scheduling pass, in one transaction.
 
         The jobs this attempt made room for start now, not at the next client call, and no
-        other pass can see the GPUs free in between. The first job started is returned for
-        this process to supervise (unless it was asked to stop).
+        other pass can see the GPUs free in between. The first job started is for this
+        process to supervise next (unless it was asked to stop): its command starts here,
+        once the transaction is committed (a start inside it would hold every other writer).
         """
         gpus = local.schedulable_gpus(self.store)
         adopt = None if self.stop_signal.is_set() else (os.getpid(), _self_start())
@@ -214,8 +269,29 @@ class Supervisor:
                 change, args, kwargs = self._outcome
                 change(*args, **kwargs)
             raise
+        if result.adopted is None:
+            local.after_pass(self.store, result)
+            return None
+        # Ours first: this process is the quickest start; the others' starts follow.
+        started = self._start_adopted(result.rows[result.adopted])
         local.after_pass(self.store, result)
-        return result.adopted
+        return started
+
+    def _start_adopted(self, row: Any) -> Started:
+        """Start the command of a job that this process's pass gave to it, and record it.
+
+        When the quick preflight finds anything (or a deep one is asked for), the command
+        waits for _attempt, which runs the full preflight first.
+        """
+        launch = local.prestart_launch(self.home, row)
+        if launch is None:
+            return Started(row)
+        try:
+            child = launch.popen()
+        except Exception as exc:  # recorded by _attempt_started, as when it starts it
+            return Started(row, error=f"{type(exc).__name__}:{exc}")
+        _record_command(self.store, row["job_id"], child.pid, json.loads(row["gpus"]))
+        return Started(row, child)
 
     def _settle(self, change: Callable[..., bool], *args: Any, **kwargs: Any) -> None:
         """The attempt's end (store.finish or store.requeue), recorded by _commit."""
@@ -225,7 +301,7 @@ class Supervisor:
         if self.job_pid is not None or self.start_error is not None:
             self._attempt_started(row)
             return
-        if self._stop_request() == "cancel":
+        if row["stop_request"] == "cancel":  # the row was read just now
             self._finish(JobStatus.CANCELLED, f"CANCELLED: {row['stop_reason']}")
             return
         checked = provider().faults(self.gpus) if self.gpus else []
@@ -248,10 +324,7 @@ class Supervisor:
         except OSError as exc:
             self._start_failed(type(exc).__name__, str(exc))
             return
-        pid = self.child.pid
-        self.store.set_running(
-            self.job_id, pid, proc.start_time(pid) or "", local.running_message(self.gpus)
-        )
+        _record_command(self.store, self.job_id, self.child.pid, self.gpus)
         rc = self._watch()
         self._record_exit(rc)
 
@@ -262,8 +335,9 @@ class Supervisor:
             self._start_failed(kind, text)
             return
         assert self.job_pid is not None
-        self.child = _StartedChild(self.job_pid)
-        if row["job_pid"] != self.job_pid:  # the spawner could not record it
+        if self.child is None:
+            self.child = _StartedChild(self.job_pid)
+        if self._started is None and row["job_pid"] != self.job_pid:  # not on record yet
             self.store.set_running(
                 self.job_id,
                 self.job_pid,
@@ -303,7 +377,8 @@ class Supervisor:
         deadline = time.monotonic() + timeout_min * 60 if timeout_min else None
         next_health = time.monotonic() + HEALTH_INTERVAL_S
         # Started before this process could hear of a cancel: read the stop request at once.
-        next_db_check = time.monotonic() + (0.0 if self.job_pid else 1.0)
+        first_check = 0.0 if self.job_pid and self._started is None else 1.0
+        next_db_check = time.monotonic() + first_check
         pidfd = _pidfd(child.pid)
         try:
             return self._watch_loop(child, deadline, next_health, next_db_check, pidfd)
@@ -324,8 +399,8 @@ class Supervisor:
             if rc is not None:
                 return rc
             now = time.monotonic()
-            if self.poke.is_set():  # a stop request was recorded: read it now
-                self.poke.clear()
+            if _POKED.is_set():  # a stop request was recorded: read it now
+                _POKED.clear()
                 next_db_check = now
             if self.stop_signal.is_set() or (now >= next_db_check and self._stop_request()):
                 return self._terminate()
@@ -550,17 +625,74 @@ def main(argv: list[str] | None = None) -> None:
     _install_wakeup()
     store = Store(home)
     try:
-        next_job = Supervisor(
+        sup = Supervisor(
             home,
             job_id,
             store,
             job_pid=int(job_pid) if job_pid else None,
             start_error=options.get("--start-error"),
-        ).run()
-        while next_job:  # the pass started it for this process: no interpreter boot per job
-            next_job = Supervisor(home, next_job, store).run()
+        )
+        while True:
+            # The next job is one that this process's pass started, or one handed to it while
+            # it waits: either way no interpreter boots for it.
+            started = sup.run()
+            if started is not None:
+                sup = Supervisor(home, started.row["job_id"], store, started=started)
+                continue
+            handed = None if sup.stop_signal.is_set() else _linger(store)
+            if handed is None:
+                break
+            sup = Supervisor(home, handed["job_id"], store, started=Started(handed))
     finally:
         store.close()
+
+
+def _linger(store: Store, linger_s: float = LINGER_S) -> Any:
+    """Wait, as an idle supervisor, for a pass to hand this process a job; its row, or None."""
+    if linger_s <= 0 or _WAKE_FD is None:
+        return None
+    me = os.getpid()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(local.POKE_SIGNAL, lambda *_: None)  # wakes the select below
+    try:  # import what the preflight needs now, not while a job waits for it
+        provider().faults([])
+    except Exception:
+        pass
+    # Collect now and set what is left aside: a collection of the whole heap would otherwise
+    # fall, sooner or later, between a job handed over and its start (milliseconds).
+    gc.collect()
+    gc.freeze()
+    # As many wait as could be handed a job at once; more would only hold memory.
+    if not store.add_idle(me, _self_start(), len(local.gpu_indices()) + local.cpu_slots()):
+        return None
+    deadline = time.monotonic() + linger_s
+
+    def handed() -> Any:
+        rows = store.read(
+            "SELECT * FROM jobs WHERE status='RUNNING' AND backend='local'"
+            " AND supervisor_pid=? AND job_pid IS NULL ORDER BY seq LIMIT 1",
+            (me,),
+        )
+        return rows[0] if rows else None
+
+    while True:
+        row = handed()
+        if row is not None:
+            return row
+        left = deadline - time.monotonic()
+        if left <= 0 or stop.is_set():
+            if store.remove_idle(me):
+                return None
+            # Off the list already: a pass took this process, its job committed with that.
+            return handed()
+        select.select([_WAKE_FD], [], [], left)
+        try:
+            while os.read(_WAKE_FD, 256):
+                pass
+        except BlockingIOError:
+            pass
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ def air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("AIR_SIMULATED_GPUS", "4")
     monkeypatch.setenv("AIR_GRACE_S", "2")
     monkeypatch.setenv("AIR_HEALTH_INTERVAL_S", "0.2")
+    # Idle supervisors of a test's home wait a short while only: every test has its own home.
+    monkeypatch.setenv("AIR_SUPERVISOR_LINGER_S", "3")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("AIR_SIMULATED_GPU_FAULTS", raising=False)
     monkeypatch.delenv("AIR_PROJECT", raising=False)

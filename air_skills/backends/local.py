@@ -4,8 +4,9 @@ A pass is one transaction: read the queue, the running jobs and the GPU pool, ca
 scheduler, record its decisions. Supervisors are started (double fork, own session) after the
 commit, each with its command already started when the quick preflight allows (the job does
 not wait for an interpreter to boot); preemptions and cancels poke supervisors with
-STOP_SIGNAL. A supervisor whose job ends runs the pass in the same transaction as the job's
-end, and runs one of the jobs it starts itself (no new interpreter per job).
+POKE_SIGNAL. A supervisor whose job ends runs the pass in the same transaction as the job's
+end, and runs one of the jobs it starts itself (no new interpreter per job); with none to
+run, it waits a while as an idle supervisor, and a pass hands it the next job it starts.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from air_skills.store import Store
 
 # A RUNNING record whose supervisor has not reported within this time was never started.
 SUPERVISOR_START_GRACE_S = 30.0
-# Sent to a supervisor to say "read your job's stop request now" (cancel, preempt). Not
-# SIGTERM: a poke that arrives late, for a job that has already ended, is harmless.
-STOP_SIGNAL = signal.SIGUSR1
+# Sent to a supervisor to say "read the state now": its job's stop request (cancel, preempt),
+# or, when it is idle, the job that a pass handed to it. Not SIGTERM: a poke that arrives
+# late, for a job that has already ended, is harmless.
+POKE_SIGNAL = signal.SIGUSR1
 # A command started before its supervisor gets this long (or until it exits) before the
 # supervisor's interpreter boots beside it: on a small machine the boot would slow the job's
 # own start, which is what a user waits for. Cancel, timeout and exit are handled after it.
@@ -92,21 +94,20 @@ _PASS_COLUMNS = (
     " borrowing, stop_request, gpus, message, supervisor_pid, supervisor_start,"
     " json_extract(spec, '$.timeout_min') AS timeout_min, json_extract(spec, '$.cpus') AS want_cpus"
 )
-# What a started job's supervisor (or its spawner) needs to start the command.
-_START_COLUMNS = "job_id, name, spec, gpus, cpus, attempts, run_id, experiment_id, log_path"
 
 
 def queue_window(n_gpus: int) -> int:
     """How many queued jobs a pass looks at (by priority, then age): the head of the queue.
 
-    A pass costs time in proportion to what it reads, and it runs after every job's exit; a
-    job deeper than this cannot start before those ahead of it anyway, except by backfill,
-    whose depth this bounds (as Slurm's bf_max_job_test does). ``AIR_QUEUE_WINDOW`` sets it.
+    A pass runs after every job's exit, inside the write transaction that every other process
+    waits for, and costs time in proportion to what it reads. A job deeper than this cannot
+    start before those ahead of it anyway, except by backfill, whose depth this bounds (as
+    Slurm's bf_max_job_test does; bench/packing.py measures it). ``AIR_QUEUE_WINDOW`` sets it.
     """
     env = os.environ.get("AIR_QUEUE_WINDOW", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return max(32, 4 * n_gpus)
+    return max(16, 2 * n_gpus)
 
 
 def _queued(row: sqlite3.Row) -> QueuedJob:
@@ -166,9 +167,10 @@ class PassResult:
     """What one pass decided, to act on once its transaction is committed."""
 
     started: list[str] = field(default_factory=list)
-    rows: dict[str, sqlite3.Row] = field(default_factory=dict)  # started job -> its record
+    rows: dict[str, sqlite3.Row] = field(default_factory=dict)  # the adopted job's record
     to_signal: list[tuple[int, str | None]] = field(default_factory=list)  # supervisors to poke
     adopted: str | None = None  # the started job that the calling supervisor runs itself
+    handed: dict[str, tuple[int, str]] = field(default_factory=dict)  # job -> idle supervisor
 
 
 def _nothing_can_start(
@@ -267,29 +269,48 @@ def pass_in_tx(
                 "UPDATE jobs SET message=? WHERE job_id=? AND status='QUEUED'",
                 (f"QUEUED: {reason}", job_id),
             )
-    for job_id in result.started:
-        result.rows[job_id] = c.execute(
-            f"SELECT {_START_COLUMNS} FROM jobs WHERE job_id=?", (job_id,)
-        ).fetchone()
-    if adopt is not None and result.started:
-        result.adopted = result.started[0]
+    waiting = list(result.started)
+    if adopt is not None and waiting:
+        result.adopted = waiting.pop(0)
         store.set_supervisor(result.adopted, *adopt, c=c)
+    for job_id in waiting:  # an idle supervisor starts a job at once: no process to create
+        idle = store.claim_idle(c, _supervisor_alive)
+        if idle is None:
+            break
+        store.set_supervisor(job_id, *idle, c=c)
+        result.handed[job_id] = idle
+    if result.adopted is not None:  # the others' records are read by whoever starts them
+        result.rows[result.adopted] = c.execute(
+            "SELECT * FROM jobs WHERE job_id=?", (result.adopted,)
+        ).fetchone()
     return result
 
 
 def after_pass(store: Store, result: PassResult) -> None:
-    """Once the pass is committed: poke the supervisors of preempted jobs, start the others."""
+    """Once the pass is committed: hand started jobs to idle supervisors, start supervisors
+    for the others, and poke the supervisors of preempted jobs."""
+    lost: set[str] = set()
+    for job_id, (pid, _) in result.handed.items():
+        try:
+            os.kill(pid, POKE_SIGNAL)
+        except ProcessLookupError:  # it died since it was claimed: take the job back
+            with store.tx() as c:
+                store.set_supervisor(job_id, None, None, c=c, only_if=pid)
+            lost.add(job_id)
     for pid, start_time in result.to_signal:
         if proc.alive(pid, start_time):
             try:
-                os.kill(pid, STOP_SIGNAL)
+                os.kill(pid, POKE_SIGNAL)
             except ProcessLookupError:
                 pass
     registered: list[tuple[str, tuple[int, str], tuple[int, str] | None, str]] = []
     for job_id in result.started:
-        if job_id == result.adopted:
+        if job_id == result.adopted or (job_id in result.handed and job_id not in lost):
             continue
-        launch = _prestart_launch(store.home, result.rows[job_id])
+        row = store.row(job_id)
+        if row is None or row["status"] != "RUNNING" or row["supervisor_pid"] is not None:
+            continue  # settled meanwhile by another process
+        launch = prestart_launch(store.home, row)
         pids = spawn_supervisor(store.home, job_id, launch)
         if pids is not None:
             sup, job = pids
@@ -298,7 +319,7 @@ def after_pass(store: Store, result: PassResult) -> None:
                     job_id,
                     (sup, proc.start_time(sup) or ""),
                     (job, proc.start_time(job) or "") if job else None,
-                    running_message(json.loads(result.rows[job_id]["gpus"])),
+                    running_message(json.loads(row["gpus"])),
                 )
             )
     if registered:
@@ -324,7 +345,7 @@ def running_message(gpus: list[int]) -> str:
     return f"RUNNING on GPUs {gpus}" if gpus else "RUNNING on CPU"
 
 
-def _prestart_launch(home: Path, row: sqlite3.Row) -> Any:
+def prestart_launch(home: Path, row: sqlite3.Row) -> Any:
     """How to start the job's command at once, before its supervisor boots; None if it must wait.
 
     The supervisor runs the preflight itself when there is anything to look at: a deep
@@ -374,12 +395,12 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
                     argv += ["--start-error", f"{type(exc).__name__}:{exc}"]
             # Pokes before the supervisor's handler is set are ignored, not fatal: it reads
             # its stop request when it starts watching (ignored signals survive exec).
-            signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+            signal.signal(POKE_SIGNAL, signal.SIG_IGN)
             if launch is not None:
                 os.write(write_end, f"{os.getpid()} {job_pid}\n".encode())
                 os.close(write_end)
                 if job_pid:
-                    _wait_exit(job_pid, SUPERVISOR_DEFER_S)
+                    wait_exit(job_pid, SUPERVISOR_DEFER_S)
             null = os.open(os.devnull, os.O_RDWR)
             err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.dup2(null, 0)
@@ -403,15 +424,15 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
     return sup, job
 
 
-def _wait_exit(pid: int, timeout_s: float) -> None:
-    """Wait up to ``timeout_s`` for a child to exit, without reaping it."""
+def wait_exit(pid: int, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for a child to exit, without reaping it; True if it has."""
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         time.sleep(timeout_s)
-        return
+        return False
     try:
-        select.select([fd], [], [], timeout_s)
+        return bool(select.select([fd], [], [], timeout_s)[0])
     finally:
         os.close(fd)
 
@@ -420,7 +441,7 @@ def signal_stop(row: sqlite3.Row) -> None:
     """Tell a running job's supervisor to act on its stop request now."""
     if row["supervisor_pid"] and proc.alive(row["supervisor_pid"], row["supervisor_start"]):
         try:
-            os.kill(row["supervisor_pid"], STOP_SIGNAL)
+            os.kill(row["supervisor_pid"], POKE_SIGNAL)
         except ProcessLookupError:
             pass
 

@@ -1,0 +1,207 @@
+"""Launch latency: ``Client.launch`` called -> first instruction of a ``python -S`` job.
+
+The job writes ``time.time()`` to a file as its first statement. Raw ``subprocess.Popen`` of
+the same command is measured side by side, interleaved in the same run, and each of our rows
+is given as a ratio to it. Goal: p50 and p95 at most 1.25x raw.
+
+Rows: launches one after another (the usual case: a supervisor whose job ended waits a while
+and the next launch hands it the job, so no process is created on the critical path); the
+same with MLflow tracking on; cold launches, where no supervisor is waiting (a fresh
+AIR_HOME whose supervisors exit at once: the launch forks, starts the command in the forked
+child, which then becomes the supervisor); and Ray, when ``bench/launch_ray.py`` is here.
+
+    python bench/launch.py            # 50 launches, 5 tracked, 10 cold, 10 on Ray
+    python bench/launch.py --n 200 --tracked 10 --cold 20 --ray 0
+
+``bench/launch_ray.py`` exposes ``measure(n: int) -> list[float] | None``: seconds from
+submit to the same job's first instruction on a local Ray head; None when Ray is not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import percentile, scratch_home, table, verdict
+
+GOAL = 1.25
+SETTLE_S = 0.03  # let the previous job's processes exit before the next measurement
+JOB_CODE = "import sys,time;open(sys.argv[1],'w').write(repr(time.time()))"
+
+
+def job_command(out: Path) -> list[str]:
+    """The job: a bare interpreter whose first instruction records the time."""
+    return [sys.executable, "-S", "-c", JOB_CODE, str(out)]
+
+
+def _read_stamp(path: Path, deadline_s: float = 30.0) -> float:
+    """The job's timestamp. Looked for every 10 ms: the figure is the job's own clock reading,
+    and polling faster would only take CPU from the job while it starts."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            text = path.read_text()
+            if text:
+                return float(text)
+        except FileNotFoundError:
+            pass
+        if time.monotonic() > end:
+            raise RuntimeError(f"the job never wrote {path}")
+        time.sleep(0.01)
+
+
+def raw_once(out: Path) -> float:
+    """Seconds from Popen called to the job's first instruction."""
+    t0 = time.time()
+    proc = subprocess.Popen(job_command(out), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    proc.wait()
+    return _read_stamp(out) - t0
+
+
+def air_once(client: object, out: Path, track: bool) -> tuple[float, float]:
+    """(seconds to the job's first instruction, seconds until launch() returned)."""
+    from air_skills import JobSpec, JobStatus
+
+    spec = JobSpec(command=job_command(out), gpus=1, track=track, name="bench-launch")
+    t0 = time.time()
+    info = client.launch(spec)  # type: ignore[attr-defined]
+    returned = time.time() - t0
+    first = _read_stamp(out) - t0
+    (done,) = client.wait([info.job_id], timeout_s=60, any=False)  # type: ignore[attr-defined]
+    if done.status != JobStatus.SUCCEEDED:
+        raise RuntimeError(f"bench job {done.job_id} ended {done.status}: {done.message}")
+    return first, returned
+
+
+def ray_latencies(n: int) -> list[float] | None:
+    """The Ray row from bench/launch_ray.py, when that file is present and Ray runs here."""
+    try:
+        import launch_ray  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    measure = getattr(launch_ray, "measure", None)
+    if measure is None:
+        return None
+    try:
+        return measure(n)
+    except Exception as exc:  # a missing Ray head must not hide the local figures
+        print(f"(ray row skipped: {type(exc).__name__}: {exc})")
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=50, help="launches (and raw Popens)")
+    parser.add_argument("--tracked", type=int, default=5, help="launches with MLflow tracking")
+    parser.add_argument("--cold", type=int, default=10, help="launches with no idle supervisor")
+    parser.add_argument("--ray", type=int, default=10, help="Ray launches, if launch_ray exists")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
+
+    with scratch_home(gpus=8) as home, tempfile.TemporaryDirectory() as tmp:
+        from air_skills import Client
+
+        stamps = Path(tmp)
+        client = Client(home)
+        for i in range(3):  # warm the page cache, the database and this process's imports
+            raw_once(stamps / f"warm-raw-{i}")
+            air_once(client, stamps / f"warm-air-{i}", track=False)
+            time.sleep(SETTLE_S)
+
+        raw: list[float] = []
+        air: list[float] = []
+        returned: list[float] = []
+        for i in range(args.n):
+            # Interleaved, alternating which goes first, so both see the same machine.
+            order = ("raw", "air") if i % 2 == 0 else ("air", "raw")
+            for which in order:
+                if which == "raw":
+                    raw.append(raw_once(stamps / f"raw-{i}"))
+                else:
+                    first, ret = air_once(client, stamps / f"air-{i}", track=False)
+                    air.append(first)
+                    returned.append(ret)
+                time.sleep(SETTLE_S)
+
+        tracked: list[float] = []
+        tracked_raw: list[float] = []
+        mlflow_import_s = 0.0
+        if args.tracked > 0:
+            t0 = time.perf_counter()
+            air_once(client, stamps / "warm-tracked", track=True)  # imports MLflow once
+            mlflow_import_s = time.perf_counter() - t0
+            for i in range(args.tracked):
+                tracked_raw.append(raw_once(stamps / f"traw-{i}"))
+                tracked.append(air_once(client, stamps / f"tracked-{i}", track=True)[0])
+                time.sleep(SETTLE_S)
+
+    cold: list[float] = []
+    cold_raw: list[float] = []
+    if args.cold > 0:
+        with (
+            scratch_home(gpus=8, AIR_SUPERVISOR_LINGER_S="0") as home,
+            tempfile.TemporaryDirectory() as tmp,
+        ):
+            from air_skills import Client
+
+            client = Client(home)
+            stamps = Path(tmp)
+            for i in range(args.cold):
+                cold_raw.append(raw_once(stamps / f"craw-{i}"))
+                cold.append(air_once(client, stamps / f"cold-{i}", track=False)[0])
+                time.sleep(0.1)  # its supervisor exits: the next launch finds none waiting
+
+    ray = ray_latencies(args.ray) if args.ray > 0 else None
+
+    raw50, raw95 = percentile(raw, 50), percentile(raw, 95)
+    ms = 1000.0
+
+    def row(name: str, values: list[float], base: list[float]) -> list[object]:
+        """p50 and p95, and their ratios to the raw Popens measured beside these."""
+        p50, p95 = percentile(values, 50), percentile(values, 95)
+        b50, b95 = percentile(base, 50), percentile(base, 95)
+        return [name, len(values), p50 * ms, p95 * ms, p50 / b50, p95 / b95]
+
+    rows = [
+        row("raw subprocess.Popen", raw, raw),
+        row("air launch (track=False)", air, raw),
+    ]
+    if tracked:
+        rows.append(row("air launch (track=True)", tracked, tracked_raw))
+    if cold:
+        rows.append(row("air launch, cold (no idle supervisor)", cold, cold_raw))
+    if ray:
+        rows.append(row("ray job submit", ray, raw))
+    print(
+        f"launch -> first instruction of `python -S -c ...`; {os.cpu_count()} cores, load"
+        f" average {load:.1f} when it began (ratios: to the raw Popens measured beside each)\n"
+    )
+    print(table(["path", "n", "p50 ms", "p95 ms", "p50 ratio", "p95 ratio"], rows))
+    print(
+        f"\nlaunch() returned after: p50 {percentile(returned, 50) * ms:.1f} ms,"
+        f" p95 {percentile(returned, 95) * ms:.1f} ms (the job may start before it returns)"
+    )
+    if tracked:
+        print(
+            f"tracking on: first launch {mlflow_import_s:.2f} s (imports MLflow), then"
+            f" p50 {percentile(tracked, 50) * ms:.0f} ms vs raw"
+            f" {percentile(tracked_raw, 50) * ms:.0f} ms: MLflow run creation is the cost"
+        )
+    if ray:
+        air50 = percentile(air, 50)
+        print(f"ray: p50 {percentile(ray, 50) / air50:.1f}x our local backend")
+    r50, r95 = percentile(air, 50) / raw50, percentile(air, 95) / raw95
+    print(
+        f"\nratio to raw Popen (track=False): p50 {r50:.2f}x, p95 {r95:.2f}x;"
+        f" goal <= {GOAL:.2f}x: p50 {verdict(r50, GOAL, False)}, p95 {verdict(r95, GOAL, False)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
