@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,19 @@ from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Me
 from air_skills.store import Store, new_job_id, row_to_info
 
 MAX_LOG_BYTES = 256 * 1024
+
+
+@dataclass
+class PreparedJob:
+    """A job's folder and MLflow run, made before the job is recorded in the store."""
+
+    job_id: str
+    jdir: Path
+    log_path: Path
+    name: str
+    run_id: str | None = None
+    experiment_id: str | None = None
+    tracking_note: str | None = None
 
 
 def _resolved(folder: str) -> Path:
@@ -84,43 +98,22 @@ class Client:
         self._check_gpus(spec)
         if dry_run:
             return self._dry_run_info(spec)
-        if spec.idempotency_key:
-            existing = self.store.rows("WHERE idempotency_key=?", (spec.idempotency_key,))
-            if existing:
-                return row_to_info(existing[0])
-        job_id = new_job_id()
-        jdir = self.home / "jobs" / job_id
-        jdir.mkdir(parents=True)
-        (jdir / "config.json").write_text(json.dumps(spec.config, indent=1))
+        existing = self.existing(spec)
+        if existing is not None:
+            return existing
+        job = self.prepare(spec)
+        job_id, jdir, run_id = job.job_id, job.jdir, job.run_id
         write_launch_env(jdir)  # whichever process starts the job, it gets this environment
-        (jdir / "data").mkdir()
-        self._link_data(spec, jdir)
-        log_path = jdir / "output.log"  # created when the job starts; logs() reads none as ""
-        name = spec.name or Path(spec.command[0]).name
-        run_id = experiment_id = None
-        tracking_note = None
-        if spec.track:
-            try:
-                run_id, experiment_id = self.tracker.create_run(
-                    job_id=job_id,
-                    name=name,
-                    experiment=spec.experiment,
-                    config=spec.config,
-                    tags=spec.tags,
-                )
-                self._log_data_inputs(spec, run_id)
-            except TrackingUnavailable as exc:
-                tracking_note = f"tracking unavailable: {exc.message}"
         gpus = local.schedulable_gpus(self.store)
         with self.store.tx() as c:  # queued and scheduled at once: one transaction
             got, created = self.store.queue(
                 spec,
                 job_id,
-                str(log_path),
-                name,
+                str(job.log_path),
+                job.name,
                 run_id,
-                experiment_id,
-                tracking_note=tracking_note,
+                job.experiment_id,
+                tracking_note=job.tracking_note,
                 c=c,
             )
             decided = local.pass_in_tx(self.store, c, gpus, new_job=job_id) if created else None
@@ -129,6 +122,40 @@ class Client:
             return self.get(got)
         local.after_pass(self.store, decided)
         return self.get(job_id)
+
+    def existing(self, spec: JobSpec) -> JobInfo | None:
+        """The job already launched with this spec's idempotency key, if any."""
+        if not spec.idempotency_key:
+            return None
+        rows = self.store.rows("WHERE idempotency_key=?", (spec.idempotency_key,))
+        return row_to_info(rows[0]) if rows else None
+
+    def prepare(self, spec: JobSpec, tags: dict[str, str] | None = None) -> PreparedJob:
+        """The job's folder (config, data links) and its MLflow run, before it is recorded.
+
+        Every backend launches through this: one place decides what a job's folder holds.
+        """
+        job_id = new_job_id()
+        jdir = self.home / "jobs" / job_id
+        jdir.mkdir(parents=True)
+        (jdir / "config.json").write_text(json.dumps(spec.config, indent=1))
+        (jdir / "data").mkdir()
+        self._link_data(spec, jdir)
+        name = spec.name or Path(spec.command[0]).name
+        job = PreparedJob(job_id, jdir, jdir / "output.log", name)
+        if spec.track:
+            try:
+                job.run_id, job.experiment_id = self.tracker.create_run(
+                    job_id=job_id,
+                    name=job.name,
+                    experiment=spec.experiment,
+                    config=spec.config,
+                    tags={**spec.tags, **(tags or {})},
+                )
+                self._log_data_inputs(spec, job.run_id)
+            except TrackingUnavailable as exc:
+                job.tracking_note = f"tracking unavailable: {exc.message}"
+        return job
 
     def _resolve(self, spec: JobSpec) -> JobSpec:
         workdir = _resolved(spec.workdir or os.getcwd())

@@ -49,11 +49,10 @@ from air_skills.errors import (
     InvalidSpec,
     InvalidState,
     NotFound,
-    TrackingUnavailable,
 )
 from air_skills.models import JobInfo, JobSpec
 from air_skills.status import JobStatus
-from air_skills.store import new_job_id, row_to_info
+from air_skills.store import row_to_info
 
 if TYPE_CHECKING:
     import sqlite3
@@ -467,46 +466,25 @@ class RayBackend:
                 backend="ray",
                 project=spec.project or "default",
             )
-        if spec.idempotency_key:
-            existing = self.store.rows("WHERE idempotency_key=?", (spec.idempotency_key,))
-            if existing:
-                return row_to_info(existing[0])
+        existing = self.client.existing(spec)
+        if existing is not None:
+            return existing
         # Upload first: a failed upload leaves no record behind, and the window between
         # recording the submission and Ray knowing it is one short request.
         runtime_env: dict[str, Any] = {"working_dir": spec.workdir}
         self._upload(ray, dashboard, runtime_env)
 
-        job_id = new_job_id()
-        jdir = self.home / "jobs" / job_id
-        jdir.mkdir(parents=True)
-        (jdir / "config.json").write_text(json.dumps(spec.config, indent=1))
-        (jdir / "data").mkdir()
-        if spec.data:
-            self.client._link_data(spec, jdir)
-        log_path = jdir / "output.log"
-        log_path.touch()
-        run_id = experiment_id = None
-        note = ""
-        if spec.track:
-            try:
-                run_id, experiment_id = self.client.tracker.create_run(
-                    job_id=job_id,
-                    name=name,
-                    experiment=spec.experiment,
-                    config=spec.config,
-                    tags={**spec.tags, "air.backend": "ray"},
-                )
-                if spec.data:
-                    self.client._log_data_inputs(spec, run_id)
-            except TrackingUnavailable as exc:
-                note = f" (tracking unavailable: {exc.message})"
+        job = self.client.prepare(spec, tags={"air.backend": "ray"})
+        job_id, jdir, run_id = job.job_id, job.jdir, job.run_id
+        job.log_path.touch()
+        note = f" ({job.tracking_note})" if job.tracking_note else ""
         got, created = self.store.queue(
             spec,
             job_id,
-            str(log_path),
-            name,
+            str(job.log_path),
+            job.name,
             run_id,
-            experiment_id,
+            job.experiment_id,
             f"QUEUED: submitting to the Ray cluster at {dashboard}{note}",
         )
         if not created:  # a concurrent caller with the same idempotency key won
