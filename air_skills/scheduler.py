@@ -7,6 +7,13 @@ of the queue cannot use yet, without starving it: once a blocked job has waited 
 ``starvation_s`` (or, when every running job has a time limit, from the moment it is blocked:
 EASY backfill), it reserves GPUs and backfill may only use what it does not need.
 
+Bounded bypass (``Inventory.bypass_jobs``, N): a job submitted at most N jobs after a reserving
+head (``seq <= head.seq + N``) may still take the GPUs held for it. Without time limits this
+keeps small jobs flowing past a head that needs the whole machine, yet it cannot starve the
+head: only a fixed, finite set of jobs may ever overtake it (each at most once per retry), and
+every later one waits behind it. 0 (the default) is strict: the age limit alone. A head reserved
+by EASY (every end known) is never bypassed this way.
+
 Quotas (``Inventory.quotas``, GPUs per project), after Kueue's nominal quota and borrowing:
 
 - each project with a quota is guaranteed that many GPUs; the projects without one share,
@@ -64,6 +71,7 @@ class Inventory:
     cpu_slots: int = 2
     quotas: dict[str, int] = field(default_factory=dict)  # project -> guaranteed GPUs
     starvation_s: float = 30.0
+    bypass_jobs: int = 0  # jobs submitted after a reserving head that may still overtake it
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,7 @@ def schedule(
     order = [j for j in order if within[j.job_id]] + [j for j in order if not within[j.job_id]]
     head_blocked_at: float | None = None  # EASY: shadow time of the first blocked GPU job
     head_extra = 0  # GPUs the head will not need at its shadow time: open to longer jobs
+    head_seq: int | None = None  # bounded bypass: jobs up to head_seq + bypass_jobs may overtake
     starting: list[tuple[float | None, int]] = []  # (expected end, GPUs) of this pass's starts
     # A GPU job without a time limit makes every shadow time unknown: no need to compute one.
     end_unknown = any(r.gpus and r.expected_end is None for r in running)
@@ -165,9 +174,13 @@ def schedule(
             continue
         borrowing = not within[job.job_id]
         available = [g for g in free if g not in reserved]
-        short = head_blocked_at is not None and _may_backfill(job, now, head_blocked_at)
+        short = head_blocked_at is not None and (
+            _may_backfill(job, now, head_blocked_at)
+            or (head_seq is not None and job.seq <= head_seq + inv.bypass_jobs)
+        )
         if short:
-            # EASY: a job that ends before the head's start may use the head's reservation.
+            # EASY: a job that ends before the head's start may use the head's reservation;
+            # so may one of the bounded set submitted just after a head reserved by age.
             available = [g for g in free if g not in reserved or g in head_reserved]
         fits_now = len(available) >= job.gpus
         if fits_now and head_blocked_at is not None and not short:
@@ -215,6 +228,8 @@ def schedule(
             # it. When every running job's end is known (EASY), it holds only what it will not
             # have anyway at its shadow time; the extra stays open to jobs that run past it.
             head_blocked_at, free_then = shadow or (float("inf"), 0)
+            if shadow is None and inv.bypass_jobs > 0:
+                head_seq = job.seq  # reserved by age: open to the next bypass_jobs submissions
             head_extra = max(0, free_then - job.gpus)
             keep = available[: max(0, len(available) - head_extra)]
             reserved.update(keep)

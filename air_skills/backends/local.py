@@ -231,6 +231,8 @@ def pass_in_tx(
         cpu_slots=slots,
         quotas=quotas,
         starvation_s=float(os.environ.get("AIR_STARVATION_S", "30")),
+        # Opt-in: jobs submitted up to N after a starving head may still pass it (bounded).
+        bypass_jobs=int(os.environ.get("AIR_BYPASS_JOBS", "0") or 0),
     )
     decision = schedule(
         [_queued(r) for r in queued_rows], [_running(r) for r in running_rows], inv, time.time()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from air_skills.scheduler import Inventory, QueuedJob, RunningJob, schedule
 
 GPUS8 = Inventory(gpus=tuple(range(8)), cpu_slots=2)
@@ -151,3 +153,63 @@ def test_jobs_with_time_limits_do_not_starve_a_head_of_unknown_start() -> None:
     ]
     d = schedule(queued, running, inv, now=31)
     assert started(d) == []
+
+
+def test_bounded_bypass_lets_the_next_submissions_overtake_a_reserved_head() -> None:
+    inv = Inventory(gpus=tuple(range(8)), cpu_slots=2, starvation_s=30, bypass_jobs=1)
+    running = [r("a", (0, 1, 2, 3, 4, 5))]
+    queued = [
+        q("big", gpus=8, seq=1, queued_at=0),
+        q("next", gpus=1, seq=2, queued_at=0),
+        q("later", gpus=1, seq=3, queued_at=0),
+    ]
+    d = schedule(queued, running, inv, now=31)
+    assert started(d) == ["next"]  # within 1 submission of the head; "later" is not
+
+
+def test_bounded_bypass_leaves_an_easy_head_alone() -> None:
+    # Every end known: the head is reserved by EASY, and only jobs that end before its shadow
+    # time may use its GPUs, bypass or not.
+    inv = Inventory(gpus=tuple(range(8)), cpu_slots=2, starvation_s=30, bypass_jobs=10)
+    running = [r("a", (0, 1, 2, 3, 4, 5), expected_end=100.0)]
+    queued = [q("big", gpus=8, seq=1), q("long", gpus=1, seq=2, duration_est_s=500)]
+    assert started(schedule(queued, running, inv, now=10)) == []
+
+
+def _stream(inv: Inventory, horizon: float = 3600.0) -> tuple[float | None, int]:
+    """An 8-GPU job queued at t=0 into a stream of 1-GPU jobs (one every 5 s, 60 s each:
+    more than 8 GPUs' worth, so the pool never empties by itself). Returns when the big job
+    starts (None if not within ``horizon``) and how many jobs started after it was queued."""
+    queued = {"big": q("big", gpus=8, seq=0, queued_at=0.0)}
+    # the stream is already going: GPU k is busy until 5 * k + 5 s
+    running = {f"r{k}": r(f"r{k}", (k,), started_at=5.0 * k - 55) for k in range(8)}
+    ends = {f"r{k}": 5.0 * k + 5 for k in range(8)}
+    overtakers = 0
+    t, i = 0.0, 0
+    while t <= horizon:
+        for job_id in [j for j, e in ends.items() if e <= t]:
+            del running[job_id], ends[job_id]
+        i += 1
+        queued[f"s{i}"] = q(f"s{i}", gpus=1, seq=i, queued_at=t)
+        for s in schedule(list(queued.values()), list(running.values()), inv, now=t).starts:
+            if s.job_id == "big":
+                return t, overtakers
+            overtakers += 1
+            del queued[s.job_id]
+            running[s.job_id] = r(s.job_id, s.gpus, started_at=t)
+            ends[s.job_id] = t + 60.0
+        t += 5.0
+    return None, overtakers
+
+
+def test_bounded_bypass_does_not_starve_a_big_job_under_a_stream_of_small_ones() -> None:
+    # Without an age limit the stream would starve the big job forever ...
+    unbounded = Inventory(gpus=tuple(range(8)), cpu_slots=2, starvation_s=float("inf"))
+    assert _stream(unbounded)[0] is None
+    # ... with bypass, only the next N submissions may overtake it once it reserves (at 30 s):
+    # it starts once the jobs then running end (60 s) and the N have run, 8 at a time.
+    for n in (0, 4, 16, 64):
+        inv = Inventory(gpus=tuple(range(8)), cpu_slots=2, starvation_s=30, bypass_jobs=n)
+        start, overtakers = _stream(inv)
+        assert start is not None and start <= 30 + 60 * (1 + math.ceil(n / 8))
+        assert overtakers <= n + 8  # those within N of it, and those that started before 30 s
