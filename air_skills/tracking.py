@@ -241,27 +241,22 @@ def downsample(
     points: list[tuple[int, float, int]], max_points: int
 ) -> list[tuple[int, float, int]]:
     """At most ``max_points`` points, evenly spread, always keeping first, last, min and max."""
-    if max_points <= 0 or len(points) <= max_points:
+    n = len(points)
+    if max_points <= 0 or n <= max_points:
         return points
-    keep = {0, len(points) - 1}
-    keep.add(min(range(len(points)), key=lambda i: points[i][1]))
-    keep.add(max(range(len(points)), key=lambda i: points[i][1]))
-    slots = max(max_points - len(keep), 0)
-    if slots:
-        stride = (len(points) - 1) / (slots + 1)
-        for j in range(1, slots + 1):
-            keep.add(round(j * stride))
-    chosen = sorted(keep)
-    while len(chosen) > max_points:  # rounding can collide less than planned; trim evenly
-        protected = {0, len(points) - 1} | {
-            min(range(len(points)), key=lambda i: points[i][1]),
-            max(range(len(points)), key=lambda i: points[i][1]),
-        }
-        for idx in chosen[1:-1]:
-            if idx not in protected:
-                chosen.remove(idx)
-                break
-    return [points[i] for i in chosen]
+    values = [p[1] for p in points]
+    protected = {0, n - 1, values.index(min(values)), values.index(max(values))}
+    slots = max(max_points - len(protected), 0)
+    stride = (n - 1) / (slots + 1)
+    spread = {round(j * stride) for j in range(1, slots + 1)} - protected
+    keep = sorted(protected | spread)
+    # Rounding can make fewer collisions than planned: drop evenly spread extras, never the
+    # protected points.
+    extra = len(keep) - max(max_points, len(protected))
+    if extra > 0:
+        drop = set(sorted(spread)[:: max(1, len(spread) // extra)][:extra])
+        keep = [i for i in keep if i not in drop]
+    return [points[i] for i in keep]
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
