@@ -21,6 +21,16 @@ FailureKind = Literal["user", "infra"]
 Backend = Literal["local", "ray"]
 
 
+def split_command(value: Any) -> Any:
+    """A command given as one string becomes argv by shlex: it is never run by a shell."""
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split command: {exc}") from exc
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -63,12 +73,7 @@ class JobSpec(_Strict):
     @field_validator("command", mode="before")
     @classmethod
     def _split_command(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return shlex.split(value)
-            except ValueError as exc:
-                raise ValueError(f"cannot split command: {exc}") from exc
-        return value
+        return split_command(value)
 
     @field_validator("command")
     @classmethod

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,7 +23,7 @@ from pydantic import (
 )
 
 from air_skills.errors import InvalidSpec, NotFound
-from air_skills.models import DataInput
+from air_skills.models import DataInput, split_command
 
 Scalar = str | int | float | bool | None
 STUDIES_DIR = "studies"
@@ -226,12 +225,7 @@ class Study(_Strict):
     @field_validator("command", mode="before")
     @classmethod
     def _split_command(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return shlex.split(value)
-            except ValueError as exc:
-                raise ValueError(f"cannot split command: {exc}") from exc
-        return value
+        return split_command(value)
 
     @field_validator("proposer", mode="before")
     @classmethod

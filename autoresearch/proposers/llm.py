@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -468,26 +470,8 @@ class LLMProposer(Proposer):
         }
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
-        try:
+        with _provider_errors(anthropic, self.model):
             msg = self._client().messages.create(**kwargs)
-        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
-            raise CallFailed(_api_message(exc), fatal=True, status=exc.status_code) from None
-        except anthropic.NotFoundError as exc:
-            raise CallFailed(
-                f"model {self.model!r} or endpoint not found: {_api_message(exc)}",
-                fatal=True,
-                status=exc.status_code,
-            ) from None
-        except anthropic.APIStatusError as exc:
-            raise CallFailed(_api_message(exc), status=exc.status_code) from None
-        except anthropic.APIError as exc:
-            raise CallFailed(f"{type(exc).__name__}: {_first_line(exc)}") from None
-        except ValueError as exc:  # a body that is not JSON
-            raise CallFailed(
-                f"the provider's reply was not valid JSON ({_first_line(exc)})"
-            ) from None
-        except Exception as exc:
-            raise CallFailed(f"{type(exc).__name__}: {_first_line(exc)}") from None
         if not hasattr(msg, "content"):
             raise CallFailed("the provider's reply was not a Messages response")
         usage = getattr(msg, "usage", None)
@@ -542,26 +526,8 @@ class LLMProposer(Proposer):
         }
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
-        try:
+        with _provider_errors(openai, self.model):
             resp = self._client().chat.completions.create(**kwargs)
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise CallFailed(_api_message(exc), fatal=True, status=exc.status_code) from None
-        except openai.NotFoundError as exc:
-            raise CallFailed(
-                f"model {self.model!r} or endpoint not found: {_api_message(exc)}",
-                fatal=True,
-                status=exc.status_code,
-            ) from None
-        except openai.APIStatusError as exc:
-            raise CallFailed(_api_message(exc), status=exc.status_code) from None
-        except openai.APIError as exc:
-            raise CallFailed(f"{type(exc).__name__}: {_first_line(exc)}") from None
-        except ValueError as exc:  # a body that is not JSON
-            raise CallFailed(
-                f"the provider's reply was not valid JSON ({_first_line(exc)})"
-            ) from None
-        except Exception as exc:
-            raise CallFailed(f"{type(exc).__name__}: {_first_line(exc)}") from None
         choices = getattr(resp, "choices", None)
         if not choices:
             raise CallFailed("the provider's reply had no choices")
@@ -623,6 +589,31 @@ def _json_from_text(text: str) -> tuple[Any, str | None]:
             pass
     shown = text[:120].replace("\n", " ")
     return None, f"the reply did not call the tool {TOOL_NAME} (it said: {shown!r})"
+
+
+@contextmanager
+def _provider_errors(sdk: Any, model: str) -> Iterator[None]:
+    """Translate an SDK's exceptions (anthropic and openai share their names) to CallFailed."""
+    try:
+        yield
+    except (sdk.AuthenticationError, sdk.PermissionDeniedError) as exc:
+        raise CallFailed(_api_message(exc), fatal=True, status=exc.status_code) from None
+    except sdk.NotFoundError as exc:
+        raise CallFailed(
+            f"model {model!r} or endpoint not found: {_api_message(exc)}",
+            fatal=True,
+            status=exc.status_code,
+        ) from None
+    except sdk.APIStatusError as exc:
+        raise CallFailed(_api_message(exc), status=exc.status_code) from None
+    except sdk.APIError as exc:
+        raise CallFailed(f"{type(exc).__name__}: {_first_line(exc)}") from None
+    except ValueError as exc:  # a body that is not JSON
+        raise CallFailed(f"the provider's reply was not valid JSON ({_first_line(exc)})") from None
+    except CallFailed:
+        raise
+    except Exception as exc:
+        raise CallFailed(f"{type(exc).__name__}: {_first_line(exc)}") from None
 
 
 def _first_line(exc: BaseException) -> str:
