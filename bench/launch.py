@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if cold:
         rows.append(row("air launch, cold (no idle supervisor)", cold, cold_raw))
     if ray:
-        rows.append(row("ray job submit", ray, raw))
+        rows.append(row("air launch (backend ray)", ray, raw))
     print(
         f"launch -> first instruction of `python -S -c ...`; {os.cpu_count()} cores, load"
         f" average {load:.1f} when it began (ratios: to the raw Popens measured beside each)\n"
