@@ -74,6 +74,13 @@ def _progress(as_json: bool) -> Callable[[str], None]:
     return log
 
 
+def _emit_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _print_json(summary)
+    else:
+        _print_summary(summary)
+
+
 def _print_summary(s: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
@@ -139,10 +146,7 @@ def run(
 
     result = run_study(study, study_dir, resume=resume, poll_s=poll_s, log=_progress(as_json))
     summary = get_study(result.study_dir)
-    if as_json:
-        _print_json(summary)
-    else:
-        _print_summary(summary)
+    _emit_summary(summary, as_json)
 
 
 @app.command()
@@ -216,10 +220,7 @@ def stop(
     from autoresearch.api import stop_study
 
     summary = stop_study(study_dir, cancel_running=not keep_running)
-    if as_json:
-        _print_json(summary)
-    else:
-        _print_summary(summary)
+    _emit_summary(summary, as_json)
 
 
 @app.command()

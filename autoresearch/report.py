@@ -13,6 +13,13 @@ from autoresearch.folder import PLOT_FILE, REPORT_FILE, loop_alive
 from autoresearch.journal import Journal, StudyState, Trial, TrialStatus, replay
 from autoresearch.study import Study, parse_study
 
+# How each kind of finished trial is drawn (failed trials are drawn apart: no value).
+SCATTER_STYLES: dict[str, dict[str, Any]] = {
+    "ok": {"c": "tab:blue", "s": 28, "label": "trial"},
+    "noise": {"c": "tab:gray", "s": 28, "marker": "s", "label": "baseline runs"},
+    "pruned": {"c": "tab:orange", "s": 40, "marker": "x", "label": "pruned (value when stopped)"},
+}
+
 
 def load_state(study_dir: Path | str) -> tuple[Study, StudyState]:
     study_dir = Path(study_dir)
@@ -79,35 +86,14 @@ def plot(study: Study, state: StudyState, path: Path) -> Path:
             groups["pruned"].append(t)
         elif t.status == TrialStatus.FAILED:
             groups["failed"].append(t)
-    if groups["ok"]:
-        ax.scatter(
-            [t.number for t in groups["ok"]],
-            [t.value for t in groups["ok"]],
-            c="tab:blue",
-            s=28,
-            label="trial",
-            zorder=3,
-        )
-    if groups["noise"]:
-        ax.scatter(
-            [t.number for t in groups["noise"]],
-            [t.value for t in groups["noise"]],
-            c="tab:gray",
-            s=28,
-            marker="s",
-            label="baseline runs",
-            zorder=3,
-        )
-    if groups["pruned"]:
-        ax.scatter(
-            [t.number for t in groups["pruned"]],
-            [t.value for t in groups["pruned"]],
-            c="tab:orange",
-            s=40,
-            marker="x",
-            label="pruned (value when stopped)",
-            zorder=3,
-        )
+    for group, style in SCATTER_STYLES.items():
+        if groups[group]:
+            ax.scatter(
+                [t.number for t in groups[group]],
+                [t.value for t in groups[group]],
+                zorder=3,
+                **style,
+            )
     line = best_so_far(study, state)
     if line:
         xs = [n for n, _ in line]

@@ -36,6 +36,19 @@ class _Strict(BaseModel):
 # --- the search space --------------------------------------------------------------------------
 
 
+def _check_range(low: float, high: float, log: bool) -> None:
+    """Every problem of a numeric range at once (ints are always finite)."""
+    problems = []
+    if not (math.isfinite(low) and math.isfinite(high)):
+        problems.append("low and high must be finite numbers")
+    elif low >= high:
+        problems.append(f"low ({low}) must be below high ({high})")
+    if log and low <= 0:
+        problems.append(f"log scale needs low > 0 (got {low})")
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
 class FloatParam(_Strict):
     """A real value in [low, high]; ``log`` samples evenly in log space (low must be > 0)."""
 
@@ -46,15 +59,7 @@ class FloatParam(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> FloatParam:
-        problems = []
-        if not (math.isfinite(self.low) and math.isfinite(self.high)):
-            problems.append("low and high must be finite numbers")
-        elif self.low >= self.high:
-            problems.append(f"low ({self.low}) must be below high ({self.high})")
-        if self.log and self.low <= 0:
-            problems.append(f"log scale needs low > 0 (got {self.low})")
-        if problems:
-            raise ValueError("\n".join(problems))
+        _check_range(self.low, self.high, self.log)
         return self
 
 
@@ -68,13 +73,7 @@ class IntParam(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> IntParam:
-        problems = []
-        if self.low >= self.high:
-            problems.append(f"low ({self.low}) must be below high ({self.high})")
-        if self.log and self.low <= 0:
-            problems.append(f"log scale needs low > 0 (got {self.low})")
-        if problems:
-            raise ValueError("\n".join(problems))
+        _check_range(self.low, self.high, self.log)
         return self
 
 
