@@ -13,7 +13,6 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from air_skills.backends import local
 from air_skills.errors import (
     InsufficientGpus,
     InvalidInput,
@@ -22,10 +21,11 @@ from air_skills.errors import (
     NotFound,
     TrackingUnavailable,
 )
-from air_skills.gpus import provider
+from air_skills.gpu.providers import provider
 from air_skills.home import check_job_id, default_home, ensure_home, write_launch_env
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
-from air_skills.store import Store, new_job_id, row_to_info
+from air_skills.runtime import passes as local
+from air_skills.runtime.store import Store, new_job_id, row_to_info
 
 MAX_LOG_BYTES = 256 * 1024
 
@@ -73,7 +73,7 @@ class Client:
     @property
     def tracker(self) -> Any:
         if self._tracker is None:
-            from air_skills.tracking import MlflowTracker
+            from air_skills.tracking.mlflow import MlflowTracker
 
             self._tracker = MlflowTracker(self.home)
         return self._tracker
@@ -184,21 +184,21 @@ class Client:
         """Resolve data inputs under AIR_DATA_ROOTS and fingerprint them (real paths, digests)."""
         if not spec.data:
             return spec
-        from air_skills.data import prepare_inputs
+        from air_skills.tracking.data import prepare_inputs
 
         return spec.model_copy(update={"data": prepare_inputs(spec.data, self.home, spec.workdir)})
 
     def _link_data(self, spec: JobSpec, jdir: Path) -> None:
         if not spec.data:
             return
-        from air_skills.data import link_inputs
+        from air_skills.tracking.data import link_inputs
 
         link_inputs(spec.data, jdir / "data")
 
     def _log_data_inputs(self, spec: JobSpec, run_id: str) -> None:
         if not spec.data:
             return
-        from air_skills.data import log_inputs
+        from air_skills.tracking.data import log_inputs
 
         log_inputs(self.tracker, run_id, spec.data)
 
@@ -385,7 +385,7 @@ class Client:
 
     def compare(self, job_ids: list[str], metric: str | None = None) -> list[dict[str, Any]]:
         """A compact table: job, status, config diff against the first job, latest, best, step."""
-        from air_skills.compare import compare_jobs
+        from air_skills.tracking.compare import compare_jobs
 
         return compare_jobs(self, job_ids, metric)
 

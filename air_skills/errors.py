@@ -126,3 +126,40 @@ def pydantic_problems(exc: Any) -> list[str]:
             msg = "unknown field"
         problems.append(f"{loc}: {msg}")
     return problems
+
+
+# --- the one renderer ---------------------------------------------------------------------------
+# Every entry point (`air`, `autoresearch`, `air-mcp`, the Ray settings command) prints errors
+# through these two functions: `[code] what happened`, each problem on its own line, then
+# `Next: what to do`; with --json, `{"error": {...}}`.
+
+DEFAULT_NEXT = "change the call as the message says"
+RETRY_NEXT = "retry in a few seconds"
+
+
+def render_text(exc: AirError, *, max_chars: int | None = None, wording: Any = None) -> str:
+    """``[code] message``, the problems not already in the message, then ``Next: hint``.
+
+    ``max_chars`` bounds the message and the hint (MCP replies); ``wording`` rewrites both
+    (MCP names its tools where the CLI names commands).
+    """
+    message, hint = exc.message, exc.hint or (RETRY_NEXT if exc.retryable else DEFAULT_NEXT)
+    if wording is not None:
+        message, hint = wording(message), wording(hint)
+    if max_chars is not None:
+        if len(message) > max_chars:
+            message = message[:max_chars] + " ..."
+        hint = hint[:max_chars]
+    lines = [f"[{exc.code}] {message}"]
+    problems = list(getattr(exc, "problems", None) or [])
+    if problems and not exc.message.endswith("; ".join(problems)):
+        lines += [f"  - {p}" for p in problems]
+    lines.append(f"Next: {hint}")
+    return "\n".join(lines)
+
+
+def render_json(exc: AirError) -> str:
+    """``{"error": {code, message, hint, retryable, context}}`` on one line."""
+    import json
+
+    return json.dumps({"error": exc.to_dict()}, default=str)

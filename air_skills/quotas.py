@@ -3,7 +3,7 @@
 A project with a quota is guaranteed that many GPUs; beyond it, its jobs borrow idle GPUs
 and are the first preempted when another project reclaims its own quota. Projects without a
 quota share what the quotas leave of the pool. Quotas may add up to more than the pool (a
-warning, not an error): borrowing and reclaim sort it out. See ``air_skills.scheduler``.
+warning, not an error): borrowing and reclaim sort it out. See ``air_skills.runtime.scheduler``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def check_project(client: Client, project: str) -> str:
 
 
 def _pool_size(client: Client) -> int:
-    from air_skills.gpus import provider
+    from air_skills.gpu.providers import provider
 
     return len(provider().devices())
 
@@ -91,7 +91,7 @@ def set_quota(client: Client, project: str, gpus: int) -> dict[str, Any]:
         near = _near(project, known)
         if near:
             warnings.append(f"{project!r} is a new project; did you mean {near!r}?")
-    from air_skills.backends import local
+    from air_skills.runtime import passes as local
 
     local.schedule_pass(client.store)
     result: dict[str, Any] = {
@@ -120,7 +120,7 @@ def remove_quota(client: Client, project: str) -> dict[str, Any]:
         )
     with client.store.tx() as c:
         c.execute("DELETE FROM quotas WHERE project=?", (project,))
-    from air_skills.backends import local
+    from air_skills.runtime import passes as local
 
     local.schedule_pass(client.store)
     return {"project": project, "quota": None, "previous": quotas[project]}

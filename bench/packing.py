@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from _common import table, verdict
 
-from air_skills.backends.local import queue_window
-from air_skills.scheduler import Inventory, QueuedJob, RunningJob, schedule
+from air_skills.runtime.passes import queue_window
+from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
 
 GOAL = 1.10
 GPUS = 8

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from air_skills import Client, JobSpec, JobStatus
-from air_skills.data import fingerprint, resolve_inputs
 from air_skills.errors import DataPathRefused, InvalidInput
+from air_skills.tracking.data import fingerprint, resolve_inputs
 
 PY = sys.executable
 AIR = shutil.which("air") or str(Path(sys.executable).parent / "air")

@@ -15,9 +15,14 @@ from typing import Any
 import pynvml
 import pytest
 
-from air_skills import health
-from air_skills.gpus import NoGpuProvider, NvmlGpuProvider, SimulatedGpuProvider, _nvml_provider
-from air_skills.health import GpuReading, translate
+from air_skills.gpu import health
+from air_skills.gpu.health import GpuReading, translate
+from air_skills.gpu.providers import (
+    NoGpuProvider,
+    NvmlGpuProvider,
+    SimulatedGpuProvider,
+    _nvml_provider,
+)
 
 # --- throttle reasons ----------------------------------------------------------------------------
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from air_skills import Client, JobSpec, JobStatus, preflight
-from air_skills.preflight import deep_check, deep_preflight_faults, faults_from_results
+from air_skills import Client, JobSpec, JobStatus
+from air_skills.gpu import deep_check as preflight
+from air_skills.gpu.deep_check import deep_check, deep_preflight_faults, faults_from_results
 
 pytest.importorskip("torch")
 

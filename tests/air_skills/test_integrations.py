@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from air_skills import integrations
-from air_skills.cli import app
+from air_skills.cli.app import app
 from air_skills.errors import AirError, InvalidInput, InvalidState
-from air_skills.integrations import (
+from air_skills.integrations import skills as integrations
+from air_skills.integrations.skills import (
     MANIFEST,
     bundled_skills,
     client_config_path,

@@ -13,8 +13,8 @@ import pytest
 from helpers import wait_until
 
 from air_skills import Client, JobSpec, JobStatus
-from air_skills.backends.local import POKE_SIGNAL
-from air_skills.proc import alive
+from air_skills.runtime.passes import POKE_SIGNAL
+from air_skills.runtime.proc import alive
 
 PY = sys.executable
 SLEEPER = "import time; print('up', flush=True); time.sleep(60)"

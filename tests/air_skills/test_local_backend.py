@@ -14,7 +14,7 @@ from helpers import wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.errors import InsufficientGpus, InvalidSpec, InvalidState, NotFound
-from air_skills.proc import alive
+from air_skills.runtime.proc import alive
 
 PY = sys.executable
 

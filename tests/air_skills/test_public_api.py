@@ -45,7 +45,7 @@ def test_client_methods_of_the_contract() -> None:
 
 def test_supervisor_start_path_imports_no_heavy_modules() -> None:
     code = (
-        "import sys, air_skills.supervisor;"
+        "import sys, air_skills.runtime.supervisor;"
         " heavy = [m for m in ('pydantic', 'mlflow', 'rich', 'typer', 'torch')"
         " if m in sys.modules];"
         " print(heavy)"

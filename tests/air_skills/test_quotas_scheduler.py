@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from air_skills.scheduler import (
+from air_skills.runtime.scheduler import (
     Decision,
     Inventory,
     QueuedJob,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from air_skills.scheduler import Inventory, QueuedJob, RunningJob, schedule
+from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
 
 GPUS8 = Inventory(gpus=tuple(range(8)), cpu_slots=2)
 

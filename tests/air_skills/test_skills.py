@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import typer.main
 
-from air_skills.integrations import (
+from air_skills.integrations.skills import (
     MAX_BODY_LINES,
     bundled_skills,
     check_skill,
@@ -96,7 +96,7 @@ def fenced_blocks(path: Path) -> list[list[str]]:
 
 
 def cli_tree() -> dict[str, Any]:
-    from air_skills.cli import app
+    from air_skills.cli.app import app
 
     roots: dict[str, Any] = {"air": typer.main.get_command(app)}
     if importlib.util.find_spec("autoresearch.cli") is not None:
@@ -377,10 +377,10 @@ def test_the_research_prompt_is_shipped_with_the_skill() -> None:
 
 
 def test_the_xid_reference_matches_the_health_catalogue() -> None:
-    health = pytest.importorskip("air_skills.health")
+    health = pytest.importorskip("air_skills.gpu.health")
     catalogue = getattr(health, "XID_CATALOGUE", None)
     if catalogue is None:
-        pytest.skip("air_skills.health has no XID_CATALOGUE yet")
+        pytest.skip("air_skills.gpu.health has no XID_CATALOGUE yet")
     text = (SKILLS / "air-gpu-health" / "references" / "xid-and-throttle.md").read_text()
     rows = re.findall(r"^\| (\d+) \| [^|]+ \| (yes|no) \|", text, re.M)
     table = {int(code): flag == "yes" for code, flag in rows}

@@ -6,8 +6,8 @@ import threading
 from pathlib import Path
 
 from air_skills.models import JobSpec
+from air_skills.runtime.store import Store, new_job_id
 from air_skills.status import JobStatus
-from air_skills.store import Store, new_job_id
 
 
 def queued(store: Store) -> str:

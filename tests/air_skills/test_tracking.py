@@ -15,8 +15,8 @@ from helpers import wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.errors import NotFound, UnknownMetric
-from air_skills.summary import parse_summary
-from air_skills.tracking import downsample
+from air_skills.runtime.summary_block import parse_summary
+from air_skills.tracking.mlflow import downsample
 
 PY = sys.executable
 

@@ -86,7 +86,7 @@ def test_launch_status_logs_and_mlflow_metrics(ray_client: Any, workdir: Path) -
 
 def test_cli_launch_and_follow(ray_client: Any, workdir: Path, ray_head: Any) -> None:
     env = {**os.environ, "AIR_HOME": str(ray_client.home), "RAY_ADDRESS": ray_head.address}
-    air = [PY, "-m", "air_skills.cli"]
+    air = [PY, "-m", "air_skills.cli.app"]
     out = subprocess.run(
         [*air, "launch", "--backend", "ray", "--json", "--name", "hello", "--",
          PY, "-c", "print('hello from ray')"],
@@ -177,7 +177,7 @@ def test_refuses_more_gpus_than_the_cluster(ray_client: Any, workdir: Path) -> N
 def test_workdir_over_rays_limit_is_refused(
     ray_client: Any, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import air_skills.backends.ray as rb
+    import air_skills.backends.ray.backend as rb
 
     monkeypatch.setattr(rb, "WORKING_DIR_LIMIT_BYTES", 1024 * 1024)
     (workdir / "weights.bin").write_bytes(os.urandom(2 * 1024 * 1024))
@@ -282,7 +282,7 @@ def test_a_wrong_ray_token_is_refused_not_retried(
         "RAY_AUTH_TOKEN": "not-the-token-0123456789abcdef",
     }
     out = subprocess.run(
-        [PY, "-m", "air_skills.cli", "launch", "--backend", "ray", "--json", "--", "true"],
+        [PY, "-m", "air_skills.cli.app", "launch", "--backend", "ray", "--json", "--", "true"],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 1, out.stderr

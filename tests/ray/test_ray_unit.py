@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import air_skills.backends.ray as rb
+import air_skills.backends.ray.backend as rb
 from air_skills.errors import BackendUnavailable, InvalidInput
 
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from air_skills import proc
-from air_skills.gpus import provider
-from air_skills.scheduler import Inventory, QueuedJob, RunningJob, schedule
-from air_skills.store import Store
+from air_skills.gpu.providers import provider
+from air_skills.runtime import proc
+from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
+from air_skills.runtime.store import Store
 
 # A RUNNING record whose supervisor has not reported within this time was never started.
 SUPERVISOR_START_GRACE_S = 30.0
@@ -70,22 +70,6 @@ def gpu_indices() -> tuple[int, ...]:
 def schedulable_gpus(store: Store) -> tuple[int, ...]:
     cordons = store.gpu_rows()
     return tuple(i for i in gpu_indices() if not (i in cordons and cordons[i]["cordoned"]))
-
-
-def thread_caps(cpus: int) -> dict[str, str]:
-    value = str(cpus)
-    names = (
-        "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "OPENBLAS_NUM_THREADS",
-        "NUMEXPR_NUM_THREADS",
-        "VECLIB_MAXIMUM_THREADS",
-        "TORCH_NUM_THREADS",
-        "RAYON_NUM_THREADS",
-        "TF_NUM_INTRAOP_THREADS",
-        "TF_NUM_INTEROP_THREADS",
-    )
-    return {n: value for n in names}
 
 
 # Columns a pass reads: no spec JSON parsed in Python, only what the scheduler needs.
@@ -353,7 +337,7 @@ def prestart_launch(home: Path, row: sqlite3.Row) -> Any:
     The supervisor runs the preflight itself when there is anything to look at: a deep
     (torch) check asked for, or the quick check finding a fault or a problem with the check.
     """
-    from air_skills.supervisor import command_launch
+    from air_skills.runtime.launch_env import command_launch
 
     spec = json.loads(row["spec"])
     gpus = json.loads(row["gpus"])
@@ -371,7 +355,7 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
     Returns (supervisor pid, command pid or 0 if it could not start) in that case.
     """
     err_path = os.fspath(home / "jobs" / job_id / "supervisor.log")
-    argv = [sys.executable, "-m", "air_skills.supervisor", job_id]
+    argv = [sys.executable, "-m", "air_skills.runtime.supervisor", job_id]
     env = {**os.environ, "AIR_HOME": os.fspath(home)}
     read_end, write_end = os.pipe() if launch is not None else (-1, -1)
     pid = os.fork()

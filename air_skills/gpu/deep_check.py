@@ -6,7 +6,7 @@ for simulated GPUs: the same code path). Each GPU is checked by its own process 
 so a hung or crashing GPU is caught by a timeout instead of hanging the caller, and torch is
 imported only in those processes.
 
-Run as ``python -m air_skills.preflight --rank R --world N ...`` by ``deep_check`` only.
+Run as ``python -m air_skills.gpu.deep_check --rank R --world N ...`` by ``deep_check`` only.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from air_skills.gpus import GpuFault, provider
+from air_skills.gpu.providers import GpuFault, provider
 
 TIMEOUT_ENV = "AIR_PREFLIGHT_TIMEOUT_S"
 ALLOC_ENV = "AIR_PREFLIGHT_ALLOC_MB"
@@ -103,7 +103,7 @@ def _run_ranks(
         argv = [
             sys.executable,
             "-m",
-            "air_skills.preflight",
+            "air_skills.gpu.deep_check",
             f"--rank={rank}",
             f"--world={world}",
             f"--gpu={gpu}",
@@ -258,7 +258,7 @@ def _rank_main(args: argparse.Namespace) -> int:
         dev = torch.device("cpu")
     injected: set[str] = set()
     if args.device == "cpu":
-        from air_skills.health import simulated_deep_faults
+        from air_skills.gpu.health import simulated_deep_faults
 
         injected = simulated_deep_faults(args.gpu)
     if "hang" in injected:  # simulated: a GPU that never answers

@@ -2,7 +2,7 @@
 
 Each check is ``{name, status (ok | warn | fail), detail, next}``; ``next`` says what to do.
 The report's ``status`` is the worst of them. ``deep`` adds the torch check of
-``air_skills.preflight`` on every GPU that is not cordoned.
+``air_skills.gpu.deep_check`` on every GPU that is not cordoned.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from air_skills import health
-from air_skills.gpus import GpuFault, GpuProvider, provider
+from air_skills.gpu import health
+from air_skills.gpu.providers import GpuFault, GpuProvider, provider
 
 if TYPE_CHECKING:
     from air_skills.client import Client
@@ -45,12 +45,12 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
     _check_settings(add)
     _check_infra_history(client, add)
     if deep:
-        from air_skills.preflight import deep_check
+        from air_skills.gpu.deep_check import deep_check
 
         for result in deep_check([g.index for g in infos if not g.cordoned]):
             add(result["name"], result["status"], result["detail"], result.get("next", ""))
     add("air_home", "ok", f"{client.home} (writable)")
-    from air_skills.tracking import tracking_uri
+    from air_skills.tracking.mlflow import tracking_uri
 
     add("mlflow", "ok", f"tracking store {tracking_uri(client.home)}")
     versions = {
@@ -167,7 +167,7 @@ def _check_settings(add: Add) -> None:
             "set it to e.g. 5, or unset it",
         )
         return
-    from air_skills.backends.local import MAX_INFRA_RETRIES
+    from air_skills.runtime.passes import MAX_INFRA_RETRIES
 
     detail = (
         f"preflight on a job's GPUs before it starts, then every {interval:g}s while it runs"

@@ -455,7 +455,7 @@ def cancel(
 @handle_errors
 def gpus(as_json: bool = JsonOpt) -> None:
     """The GPU pool: health, cordons, and which jobs hold each GPU."""
-    from air_skills.gpus import provider
+    from air_skills.gpu.providers import provider
 
     client = _client()
     items = client.gpus()
@@ -482,7 +482,7 @@ def gpus(as_json: bool = JsonOpt) -> None:
             escape(g.reason or ""),
         )
     out.print(t)
-    from air_skills.health import pool_notes
+    from air_skills.gpu.health import pool_notes
 
     for line in pool_notes(items):
         out.print(line, highlight=False, markup=False)
@@ -529,7 +529,7 @@ def doctor(
     as_json: bool = JsonOpt,
 ) -> None:
     """What this machine offers: GPUs and their health, AIR_HOME, versions; what to fix."""
-    from air_skills.doctor import run_doctor
+    from air_skills.gpu.doctor import run_doctor
 
     report = run_doctor(_client(), deep=deep)
     if as_json:
@@ -553,7 +553,7 @@ def ui(
     """Serve the MLflow UI on the default store, on 127.0.0.1."""
     import subprocess
 
-    from air_skills.tracking import tracking_uri
+    from air_skills.tracking.mlflow import tracking_uri
 
     client = _client()
     uri = tracking_uri(client.home)
@@ -642,7 +642,7 @@ def skills_install(
     as_json: bool = JsonOpt,
 ) -> None:
     """Copy the AIR agent skills where an agent finds them."""
-    from air_skills.integrations import install_skills
+    from air_skills.integrations.skills import install_skills
 
     written = install_skills(target, project=project, force=force)
     if as_json:
@@ -661,7 +661,7 @@ def mcp_config(
     as_json: bool = JsonOpt,
 ) -> None:
     """Print (or --write) the MCP config entry that runs air-mcp for a client."""
-    from air_skills.integrations import mcp_config as make_config
+    from air_skills.integrations.skills import mcp_config as make_config
 
     result = make_config(client_name, write=write)
     if as_json:

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from air_skills.backends.local import MAX_INFRA_RETRIES, thread_caps
 from air_skills.errors import (
     AirError,
     BackendUnavailable,
@@ -51,14 +50,16 @@ from air_skills.errors import (
     NotFound,
 )
 from air_skills.models import JobInfo, JobSpec
+from air_skills.runtime.launch_env import thread_caps
+from air_skills.runtime.passes import MAX_INFRA_RETRIES
+from air_skills.runtime.store import row_to_info
 from air_skills.status import JobStatus
-from air_skills.store import row_to_info
 
 if TYPE_CHECKING:
     import sqlite3
 
     from air_skills.client import Client
-    from air_skills.store import Store
+    from air_skills.runtime.store import Store
 
 EXTRA = "pip install 'air-skills[ray]'"
 # Without RAY_ADDRESS or a saved address: a head on this machine. (Not Ray's auto-detection,
@@ -533,7 +534,7 @@ class RayBackend:
                 " put the data on storage the cluster mounts and pass its path in config or env"
             )
         if spec.track and not local:
-            from air_skills.tracking import tracking_uri
+            from air_skills.tracking.mlflow import tracking_uri
 
             uri = tracking_uri(self.home)
             if uri.startswith(("sqlite:", "file:")) or "://" not in uri:
@@ -608,7 +609,7 @@ class RayBackend:
             }
         )
         if row["run_id"]:
-            from air_skills.tracking import tracking_uri
+            from air_skills.tracking.mlflow import tracking_uri
 
             env["MLFLOW_TRACKING_URI"] = tracking_uri(self.home)
             env["MLFLOW_RUN_ID"] = row["run_id"]
@@ -1009,7 +1010,7 @@ class RayBackend:
         return int(done)
 
     def _end_run(self, row: sqlite3.Row, status: JobStatus, message: str) -> str:
-        from air_skills.summary import parse_summary, read_tail
+        from air_skills.runtime.summary_block import parse_summary, read_tail
 
         values, bad = parse_summary(read_tail(row["log_path"]))
         if bad:

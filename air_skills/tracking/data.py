@@ -459,7 +459,7 @@ def exit_note(home: Path, data: list[dict[str, Any]], run_id: str | None) -> str
         return ""
     if changed and run_id:
         try:
-            from air_skills.tracking import MlflowTracker
+            from air_skills.tracking.mlflow import MlflowTracker
 
             log_inputs(MlflowTracker(home), run_id, changed, context="changed-during-run")
         except Exception:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from air_skills.gpus import GpuFault
+from air_skills.gpu.providers import GpuFault
 
 DEFAULT_MAX_TEMP_C = 90.0
 FAULTS_ENV = "AIR_SIMULATED_GPU_FAULTS"

@@ -1,6 +1,6 @@
 """GPU inventory: NVML on real machines, a simulated pool when AIR_SIMULATED_GPUS=N is set.
 
-Health checks (Xid, ECC, throttling, ...) live in ``air_skills.health``; this module answers
+Health checks (Xid, ECC, throttling, ...) live in ``air_skills.gpu.health``; this module answers
 "which GPUs are there", and each provider reads health values (``readings``) that
 ``health.translate`` turns into faults (``faults``). A check never raises: a failure of the
 check itself comes back as a non-critical fault with index -1.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from air_skills.health import GpuReading, XidWatcher
+    from air_skills.gpu.health import GpuReading, XidWatcher
 
 
 @dataclass(frozen=True)
@@ -68,12 +68,12 @@ class SimulatedGpuProvider:
         return [GpuDevice(i, "Simulated GPU", 81920, f"GPU-sim-{i:04d}") for i in range(self.count)]
 
     def readings(self, indices: list[int]) -> list[GpuReading]:
-        from air_skills import health
+        from air_skills.gpu import health
 
         return health.simulated_readings(indices, self.count)[0]
 
     def faults(self, indices: list[int]) -> list[GpuFault]:
-        from air_skills import health
+        from air_skills.gpu import health
 
         try:
             return health.simulated_faults(indices, self.count)
@@ -93,7 +93,7 @@ class NoGpuProvider:
         return []
 
     def readings(self, indices: list[int]) -> list[GpuReading]:
-        from air_skills.health import GpuReading
+        from air_skills.gpu.health import GpuReading
 
         return [GpuReading(i, present=False, missing_detail=self.note) for i in indices]
 
@@ -134,18 +134,18 @@ class NvmlGpuProvider:
     @property
     def watcher(self) -> XidWatcher:
         if self._watcher is None:
-            from air_skills.health import XidWatcher
+            from air_skills.gpu.health import XidWatcher
 
             self._watcher = XidWatcher(self.nvml)
         return self._watcher
 
     def readings(self, indices: list[int]) -> list[GpuReading]:
-        from air_skills import health
+        from air_skills.gpu import health
 
         return health.nvml_readings(self.nvml, indices, self.watcher)
 
     def faults(self, indices: list[int]) -> list[GpuFault]:
-        from air_skills import health
+        from air_skills.gpu import health
 
         try:
             return health.nvml_faults(self.nvml, indices, self.watcher)

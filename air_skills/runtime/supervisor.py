@@ -5,7 +5,7 @@ with the job's environment, sends its output to the job's log, enforces the time
 cancel and preemption (SIGTERM, then SIGKILL after a grace period), watches GPU health,
 records the exit, ends the MLflow run, and runs a scheduling pass so queued jobs start at once.
 
-Run as ``python -m air_skills.supervisor JOB_ID`` with AIR_HOME set; with
+Run as ``python -m air_skills.runtime.supervisor JOB_ID`` with AIR_HOME set; with
 ``--job-pid PID`` when the spawner already started the command (then it is this process's
 child: the spawner's child started it and became this process by exec), or
 ``--start-error TEXT`` when that start failed. When its job ends, the supervisor records
@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air_skills import proc
-from air_skills.backends import local
-from air_skills.backends.local import MAX_INFRA_RETRIES, thread_caps
-from air_skills.gpus import GpuFault, provider
-from air_skills.home import read_launch_env
+from air_skills.gpu.providers import GpuFault, provider
+from air_skills.runtime import passes as local
+from air_skills.runtime import proc
+from air_skills.runtime.launch_env import command_launch
+from air_skills.runtime.passes import MAX_INFRA_RETRIES
+from air_skills.runtime.store import Store
 from air_skills.status import JobStatus
-from air_skills.store import Store
 
 GRACE_S = float(os.environ.get("AIR_GRACE_S", "10"))
 HEALTH_INTERVAL_S = float(os.environ.get("AIR_HEALTH_INTERVAL_S", "5"))
@@ -47,92 +47,6 @@ POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll 
 # create then: the job starts at once); 0 to exit at once.
 LINGER_S = float(os.environ.get("AIR_SUPERVISOR_LINGER_S", "60"))
 _WAKE_FD: int | None = None  # read end of the signal wakeup pipe (set by main)
-
-
-@dataclass(frozen=True)
-class CommandLaunch:
-    """How to start one attempt of a job's command: argv, folder, environment and log."""
-
-    argv: list[str]
-    cwd: str | None
-    env: dict[str, str]
-    log_path: str
-    banner: bytes = b""  # written to the log first (a later attempt says so)
-
-    def popen(self) -> subprocess.Popen[bytes]:
-        """Start it (argv, never a shell) in its own process group, output to the log."""
-        log = open(self.log_path, "ab")
-        try:
-            if self.banner:
-                log.write(self.banner)
-                log.flush()
-            return subprocess.Popen(
-                self.argv,
-                cwd=self.cwd,
-                env=self.env,
-                stdin=_devnull(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                process_group=0,
-                close_fds=True,
-            )
-        finally:
-            log.close()
-
-
-_DEVNULL: int | None = None
-
-
-def _devnull() -> int:
-    """/dev/null, opened once per process (every job's stdin)."""
-    global _DEVNULL
-    if _DEVNULL is None:
-        _DEVNULL = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    return _DEVNULL
-
-
-def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) -> CommandLaunch:
-    """The launch of a started job's command, from its record: what the job receives."""
-    job_id = row["job_id"]
-    job_dir = home / "jobs" / job_id
-    ckpt = job_dir / "checkpoints"
-    ckpt.mkdir(exist_ok=True)
-    # The environment of the process that launched the job, whoever starts it.
-    launched = read_launch_env(job_dir)
-    env = launched if launched is not None else dict(os.environ)
-    for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
-        env.pop(key, None)
-    env.update(thread_caps(row["cpus"] or 1))
-    env.update(
-        {
-            "AIR_HOME": os.fspath(home),
-            "AIR_JOB_ID": job_id,
-            "AIR_CONFIG_FILE": os.fspath(job_dir / "config.json"),
-            "AIR_CHECKPOINT_DIR": os.fspath(ckpt),
-            "AIR_DATA_DIR": os.fspath(job_dir / "data"),
-            "AIR_ATTEMPT": str(row["attempts"]),
-            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
-            # CUDA numbers GPUs fastest-first by default; NVML (and our indices) by PCI bus.
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    if row["run_id"]:
-        from air_skills.tracking import tracking_uri
-
-        # Where the launching process created the run.
-        env["MLFLOW_TRACKING_URI"] = (launched or {}).get("MLFLOW_TRACKING_URI") or (
-            tracking_uri(home)
-        )
-        env["MLFLOW_RUN_ID"] = row["run_id"]
-        env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
-    env.update(spec.get("env") or {})
-    banner = b""
-    if row["attempts"] > 1:
-        banner = f"[air] attempt {row['attempts']} on GPUs {gpus}\n".encode()
-    return CommandLaunch(
-        list(spec["command"]), spec.get("workdir") or None, env, row["log_path"], banner
-    )
 
 
 class _StartedChild:
@@ -312,7 +226,7 @@ class Supervisor:
             self._infra_failure(faults, "preflight")
             return
         if self.gpus and self.spec.get("deep_preflight"):
-            from air_skills.preflight import deep_preflight_faults
+            from air_skills.gpu.deep_check import deep_preflight_faults
 
             faults = deep_preflight_faults(self.gpus, self.row["log_path"])
             if faults:
@@ -534,7 +448,7 @@ class Supervisor:
         failure_kind: str | None = None,
     ) -> None:
         if self.spec.get("data"):  # inputs fingerprinted again: did the job's data change?
-            from air_skills.data import exit_note
+            from air_skills.tracking.data import exit_note
 
             if self._warm is not None:  # exit_note may import MLflow: one thread at a time
                 self._warm.join(timeout=60)
@@ -552,7 +466,7 @@ class Supervisor:
 
     def _end_run(self, status: JobStatus, message: str) -> str:
         """End the MLflow run (with the summary block's values); returns the message to keep."""
-        from air_skills.summary import parse_summary, read_tail
+        from air_skills.runtime.summary_block import parse_summary, read_tail
 
         values, bad = parse_summary(read_tail(self.row["log_path"]))
         if bad:
@@ -564,7 +478,7 @@ class Supervisor:
             # Importing MLflow from two threads at once breaks it: let the warm-up finish.
             self._warm.join(timeout=60)
         try:
-            from air_skills.tracking import MlflowTracker
+            from air_skills.tracking.mlflow import MlflowTracker
 
             tracker = MlflowTracker(self.home)
             if not run_id:
@@ -590,7 +504,7 @@ class Supervisor:
         # Import MLflow while the job runs, so ending the run at exit takes milliseconds.
         # The attempt tag says which start of the job the run's latest values come from.
         try:
-            from air_skills.tracking import MlflowTracker
+            from air_skills.tracking.mlflow import MlflowTracker
 
             MlflowTracker(self.home).set_attempt(self.row["run_id"], self.row["attempts"])
         except Exception:

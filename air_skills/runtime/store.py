@@ -520,7 +520,7 @@ class Store:
         ``alive(pid, start)``: the liveness check (default: proc.alive).
         """
         if alive is None:
-            from air_skills.proc import alive
+            from air_skills.runtime.proc import alive
 
         rows = c.execute("SELECT pid, start FROM idle_supervisors ORDER BY since DESC").fetchall()
         for row in rows:
@@ -611,6 +611,6 @@ def _data_refs(spec_json: str) -> list[str]:
     data = json.loads(spec_json).get("data")
     if not data:
         return []
-    from air_skills.data import data_refs
+    from air_skills.tracking.data import data_refs
 
     return data_refs(data)

@@ -1,0 +1,1 @@
+"""The Ray backend: jobs on a Ray cluster through its Jobs API."""

@@ -1,0 +1,1 @@
+"""The `air` command line."""

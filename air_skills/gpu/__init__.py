@@ -1,0 +1,1 @@
+"""GPUs: value types, providers (NVML, simulated), health checks, deep check, doctor."""

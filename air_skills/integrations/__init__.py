@@ -1,0 +1,1 @@
+"""Integrations with agent clients: skills and MCP client configuration."""

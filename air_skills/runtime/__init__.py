@@ -1,0 +1,1 @@
+"""The runtime: store, scheduler, supervisor, launch preparation; pydantic-free."""

@@ -1,0 +1,116 @@
+"""What a job's process receives: its argv, folder, environment (thread caps included) and log.
+
+Stdlib only: the supervisor, the local backend and the Ray entrypoint all build on it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from air_skills.home import read_launch_env
+
+
+def thread_caps(cpus: int) -> dict[str, str]:
+    value = str(cpus)
+    names = (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "TORCH_NUM_THREADS",
+        "RAYON_NUM_THREADS",
+        "TF_NUM_INTRAOP_THREADS",
+        "TF_NUM_INTEROP_THREADS",
+    )
+    return {n: value for n in names}
+
+
+@dataclass(frozen=True)
+class CommandLaunch:
+    """How to start one attempt of a job's command: argv, folder, environment and log."""
+
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    log_path: str
+    banner: bytes = b""  # written to the log first (a later attempt says so)
+
+    def popen(self) -> subprocess.Popen[bytes]:
+        """Start it (argv, never a shell) in its own process group, output to the log."""
+        log = open(self.log_path, "ab")
+        try:
+            if self.banner:
+                log.write(self.banner)
+                log.flush()
+            return subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=_devnull(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+
+
+_DEVNULL: int | None = None
+
+
+def _devnull() -> int:
+    """/dev/null, opened once per process (every job's stdin)."""
+    global _DEVNULL
+    if _DEVNULL is None:
+        _DEVNULL = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    return _DEVNULL
+
+
+def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) -> CommandLaunch:
+    """The launch of a started job's command, from its record: what the job receives."""
+    job_id = row["job_id"]
+    job_dir = home / "jobs" / job_id
+    ckpt = job_dir / "checkpoints"
+    ckpt.mkdir(exist_ok=True)
+    # The environment of the process that launched the job, whoever starts it.
+    launched = read_launch_env(job_dir)
+    env = launched if launched is not None else dict(os.environ)
+    for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
+        env.pop(key, None)
+    env.update(thread_caps(row["cpus"] or 1))
+    env.update(
+        {
+            "AIR_HOME": os.fspath(home),
+            "AIR_JOB_ID": job_id,
+            "AIR_CONFIG_FILE": os.fspath(job_dir / "config.json"),
+            "AIR_CHECKPOINT_DIR": os.fspath(ckpt),
+            "AIR_DATA_DIR": os.fspath(job_dir / "data"),
+            "AIR_ATTEMPT": str(row["attempts"]),
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+            # CUDA numbers GPUs fastest-first by default; NVML (and our indices) by PCI bus.
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if row["run_id"]:
+        from air_skills.tracking.mlflow import tracking_uri
+
+        # Where the launching process created the run.
+        env["MLFLOW_TRACKING_URI"] = (launched or {}).get("MLFLOW_TRACKING_URI") or (
+            tracking_uri(home)
+        )
+        env["MLFLOW_RUN_ID"] = row["run_id"]
+        env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
+    env.update(spec.get("env") or {})
+    banner = b""
+    if row["attempts"] > 1:
+        banner = f"[air] attempt {row['attempts']} on GPUs {gpus}\n".encode()
+    return CommandLaunch(
+        list(spec["command"]), spec.get("workdir") or None, env, row["log_path"], banner
+    )

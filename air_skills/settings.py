@@ -1,0 +1,1 @@
+"""Every AIR_* environment variable, parsed and validated once (stdlib only)."""

@@ -1,0 +1,1 @@
+"""Tracking: MLflow runs and metrics, data input lineage, job comparison."""
