@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On machines without CUDA, pin the CPU wheel: an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-quick lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,14 @@ demo: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
+
+# The inner loop: lint, the import contract, and every test not marked slow.
+test-quick: install
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .

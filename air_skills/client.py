@@ -5,42 +5,22 @@ from __future__ import annotations
 import functools
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import (
-    InsufficientGpus,
-    InvalidInput,
-    InvalidSpec,
-    InvalidState,
-    NotFound,
-    TrackingUnavailable,
-)
+from air_skills.backends.base import Backend, backend
+from air_skills.backends.info import row_to_info
+from air_skills.errors import InvalidInput, InvalidSpec, InvalidState, NotFound
 from air_skills.gpu.providers import provider
-from air_skills.home import check_job_id, default_home, ensure_home, write_launch_env
+from air_skills.home import check_job_id
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
 from air_skills.runtime import passes as local
-from air_skills.runtime.store import Store, new_job_id, row_to_info
+from air_skills.runtime.prepare import LaunchContext
+from air_skills.runtime.store import Store
 
 MAX_LOG_BYTES = 256 * 1024
-
-
-@dataclass
-class PreparedJob:
-    """A job's folder and MLflow run, made before the job is recorded in the store."""
-
-    job_id: str
-    jdir: Path
-    log_path: Path
-    name: str
-    run_id: str | None = None
-    experiment_id: str | None = None
-    tracking_note: str | None = None
 
 
 def _resolved(folder: str) -> Path:
@@ -58,25 +38,21 @@ class Client:
     """Launch, watch, read and cancel jobs. Safe to share between threads."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
-        self.home = ensure_home(Path(home).expanduser() if home else default_home()).resolve()
-        self._local = threading.local()
-        self._tracker: Any = None
+        self.runtime = LaunchContext(home)
+        self.home = self.runtime.home
         _ = self.store  # open now: a corrupt or read-only AIR_HOME fails here, clearly
 
     @property
     def store(self) -> Store:
-        store = getattr(self._local, "store", None)
-        if store is None:
-            store = self._local.store = Store(self.home)
-        return store
+        return self.runtime.store
 
     @property
     def tracker(self) -> Any:
-        if self._tracker is None:
-            from air_skills.tracking.mlflow import MlflowTracker
+        return self.runtime.tracker
 
-            self._tracker = MlflowTracker(self.home)
-        return self._tracker
+    def backend(self, name: str) -> Backend:
+        """The backend registered as ``name`` (``local``, ``ray``, ...), over this home."""
+        return backend(name, self.runtime)
 
     # --- launching ----------------------------------------------------------------------------
 
@@ -91,71 +67,7 @@ class Client:
             spec = spec.model_copy(update={"backend": self.store.setting("backend")})
         spec = self._resolve(spec)
         spec = self._check_data(spec)  # refused data inputs: nothing is created
-        if spec.backend == "ray":
-            from air_skills.backends.ray import RayBackend
-
-            return RayBackend(self).launch(spec, dry_run=dry_run)
-        self._check_gpus(spec)
-        if dry_run:
-            return self._dry_run_info(spec)
-        existing = self.existing(spec)
-        if existing is not None:
-            return existing
-        job = self.prepare(spec)
-        job_id, jdir, run_id = job.job_id, job.jdir, job.run_id
-        write_launch_env(jdir)  # whichever process starts the job, it gets this environment
-        gpus = local.schedulable_gpus(self.store)
-        with self.store.tx() as c:  # queued and scheduled at once: one transaction
-            got, created = self.store.queue(
-                spec,
-                job_id,
-                str(job.log_path),
-                job.name,
-                run_id,
-                job.experiment_id,
-                tracking_note=job.tracking_note,
-                c=c,
-            )
-            decided = local.pass_in_tx(self.store, c, gpus, new_job=job_id) if created else None
-        if decided is None:  # a concurrent caller with the same idempotency key won
-            self._discard(jdir, run_id)
-            return self.get(got)
-        local.after_pass(self.store, decided)
-        return self.get(job_id)
-
-    def existing(self, spec: JobSpec) -> JobInfo | None:
-        """The job already launched with this spec's idempotency key, if any."""
-        if not spec.idempotency_key:
-            return None
-        rows = self.store.rows("WHERE idempotency_key=?", (spec.idempotency_key,))
-        return row_to_info(rows[0]) if rows else None
-
-    def prepare(self, spec: JobSpec, tags: dict[str, str] | None = None) -> PreparedJob:
-        """The job's folder (config, data links) and its MLflow run, before it is recorded.
-
-        Every backend launches through this: one place decides what a job's folder holds.
-        """
-        job_id = new_job_id()
-        jdir = self.home / "jobs" / job_id
-        jdir.mkdir(parents=True)
-        (jdir / "config.json").write_text(json.dumps(spec.config, indent=1))
-        (jdir / "data").mkdir()
-        self._link_data(spec, jdir)
-        name = spec.name or Path(spec.command[0]).name
-        job = PreparedJob(job_id, jdir, jdir / "output.log", name)
-        if spec.track:
-            try:
-                job.run_id, job.experiment_id = self.tracker.create_run(
-                    job_id=job_id,
-                    name=job.name,
-                    experiment=spec.experiment,
-                    config=spec.config,
-                    tags={**spec.tags, **(tags or {})},
-                )
-                self._log_data_inputs(spec, job.run_id)
-            except TrackingUnavailable as exc:
-                job.tracking_note = f"tracking unavailable: {exc.message}"
-        return job
+        return self.backend(spec.backend).launch(spec, dry_run=dry_run)
 
     def _resolve(self, spec: JobSpec) -> JobSpec:
         workdir = _resolved(spec.workdir or os.getcwd())
@@ -169,78 +81,22 @@ class Client:
             updates["project"] = spec.resolved_project()
         return spec.model_copy(update=updates)
 
-    def _check_gpus(self, spec: JobSpec) -> None:
-        total = len(provider().devices())
-        if spec.gpus > total:
-            raise InsufficientGpus(
-                f"the job asks for {spec.gpus} GPUs but this machine has {total}"
-                f" ({provider().note})",
-                hint=f"ask for at most {total} GPUs, or use backend 'ray' for a cluster",
-                requested=spec.gpus,
-                available=total,
-            )
-
     def _check_data(self, spec: JobSpec) -> JobSpec:
         """Resolve data inputs under AIR_DATA_ROOTS and fingerprint them (real paths, digests)."""
         if not spec.data:
             return spec
+        from air_skills.models import DataInput
         from air_skills.tracking.data import prepare_inputs
 
-        return spec.model_copy(update={"data": prepare_inputs(spec.data, self.home, spec.workdir)})
-
-    def _link_data(self, spec: JobSpec, jdir: Path) -> None:
-        if not spec.data:
-            return
-        from air_skills.tracking.data import link_inputs
-
-        link_inputs(spec.data, jdir / "data")
-
-    def _log_data_inputs(self, spec: JobSpec, run_id: str) -> None:
-        if not spec.data:
-            return
-        from air_skills.tracking.data import log_inputs
-
-        log_inputs(self.tracker, run_id, spec.data)
-
-    def _dry_run_info(self, spec: JobSpec) -> JobInfo:
-        free = len(local.schedulable_gpus(self.store))
-        from datetime import datetime
-
-        return JobInfo(
-            job_id="dry-run",
-            name=spec.name or Path(spec.command[0]).name,
-            status=JobStatus.QUEUED,
-            message=(
-                f"DRY RUN: would run {spec.command!r} in {spec.workdir} with {spec.gpus} GPU(s)"
-                f" ({free} schedulable), priority {spec.priority}, project {spec.project};"
-                " nothing was launched"
-            ),
-            priority=spec.priority,
-            created_at=datetime.now(UTC),
-            backend=spec.backend,
-            project=spec.project or "default",
-            data=[f"{d.name}@{(d.digest or '?')[:12]}" for d in spec.data],
-        )
-
-    def _discard(self, jdir: Path, run_id: str | None) -> None:
-        import shutil
-
-        shutil.rmtree(jdir, ignore_errors=True)
-        if run_id:
-            try:
-                self.tracker.client.delete_run(run_id)
-            except Exception:
-                pass
+        data = [DataInput(**d) for d in prepare_inputs(spec.data, self.home, spec.workdir)]
+        return spec.model_copy(update={"data": data})
 
     # --- reading ------------------------------------------------------------------------------
 
     def reconcile(self) -> None:
         """Settle records whose supervisor (or Ray job) is gone; start what can start."""
-        local.reconcile(self.store)
-        if self.store.rows("WHERE backend='ray' AND status IN ('QUEUED','RUNNING') LIMIT 1"):
-            from air_skills.backends.ray import RayBackend
-
-            RayBackend(self).reconcile()
+        for name in self.store.live_backends():
+            self.backend(name).reconcile()
 
     def _row(self, job_id: str) -> Any:
         row = self.store.row(check_job_id(job_id))
@@ -266,7 +122,7 @@ class Client:
         project: str | None = None,
     ) -> Page[JobInfo]:
         self.reconcile()
-        where, args = ["1=1"], []
+        value = None
         if status is not None:
             try:
                 value = JobStatus(str(status).upper()).value
@@ -276,26 +132,20 @@ class Client:
                     hint="use one of " + ", ".join(s.value for s in JobStatus),
                     valid_keys=[s.value for s in JobStatus],
                 ) from None
-            where.append("status=?")
-            args.append(value)
-        if experiment is not None:
-            where.append("json_extract(spec, '$.experiment') IS ?")
-            args.append(experiment)
         if project is not None:
             from air_skills.quotas import check_project
 
             check_project(self, project)  # a typo lists the known projects, not an empty page
-            where.append("project=?")
-            args.append(project)
-        if cursor:
-            if not cursor.isdigit():
-                raise InvalidInput(f"bad cursor {cursor!r}", hint="pass next_cursor as given")
-            where.append("seq < ?")
-            args.append(int(cursor))
+        if cursor and not cursor.isdigit():
+            raise InvalidInput(f"bad cursor {cursor!r}", hint="pass next_cursor as given")
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit {limit} out of range", hint="use 1 to 1000")
-        rows = self.store.rows(
-            f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", (*args, limit + 1)
+        rows = self.store.page_rows(
+            status=value,
+            experiment=experiment,
+            project=project,
+            before_seq=int(cursor) if cursor else None,
+            limit=limit + 1,
         )
         more = len(rows) > limit
         rows = rows[:limit]
@@ -307,10 +157,7 @@ class Client:
     def logs(self, job_id: str, tail: int | None = 100, offset: int | None = None) -> LogChunk:
         """The last ``tail`` lines, or (with ``offset``) the bytes from that offset on."""
         row = self._row(job_id)
-        if row["backend"] == "ray":  # Ray holds the output: bring the log file up to date
-            from air_skills.backends.ray import RayBackend
-
-            RayBackend(self).sync_logs(row)
+        self.backend(row["backend"]).logs(row)  # Ray holds the output: bring the file up to date
         path = row["log_path"]
         try:
             with open(path, "rb") as f:
@@ -387,7 +234,8 @@ class Client:
         """A compact table: job, status, config diff against the first job, latest, best, step."""
         from air_skills.tracking.compare import compare_jobs
 
-        return compare_jobs(self, job_ids, metric)
+        self.reconcile()  # statuses as get() reports them
+        return compare_jobs([self._row(j) for j in job_ids], self.tracker, metric)
 
     def wait(
         self,
@@ -424,33 +272,10 @@ class Client:
         """Cancel a queued or running job (SIGTERM, then SIGKILL after the grace period)."""
         row = self._row(job_id)
         reason = reason or "cancelled by request"
-        if row["backend"] == "ray":
-            from air_skills.backends.ray import RayBackend
-
-            return RayBackend(self).cancel(row, reason)
-        with self.store.tx() as c:
-            current = c.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-            status = JobStatus(current["status"])
-            if status.is_terminal():
-                raise InvalidState(
-                    f"job {job_id} already finished ({status.value}); nothing to cancel",
-                    hint=f"read it with `air status {job_id}`",
-                    job_id=job_id,
-                    status=status.value,
-                )
-            if status == JobStatus.QUEUED:
-                self.store.finish(
-                    job_id, JobStatus.CANCELLED, message=f"CANCELLED: {reason}", c=c
-                )
-            else:
-                self.store.request_stop(c, job_id, "cancel", reason)
-        if status == JobStatus.RUNNING:
-            local.signal_stop(current)
-            self.wait([job_id], timeout_s=wait_s)
-        return self.get(job_id)
+        return self.backend(row["backend"]).cancel(row, reason, wait_s)
 
     def cancel_all(self, reason: str | None = None) -> list[JobInfo]:
-        rows = self.store.rows("WHERE status IN ('QUEUED','RUNNING') ORDER BY seq")
+        rows = self.store.live_rows()
         out = []
         for row in rows:
             try:
@@ -471,7 +296,7 @@ class Client:
         cordons = self.store.gpu_rows()
         holders: dict[int, list[str]] = {}
         held_by: dict[int, Any] = {}
-        for r in self.store.rows("WHERE status='RUNNING' AND backend='local'"):
+        for r in self.store.running_rows("local"):
             for g in json.loads(r["gpus"]):
                 holders.setdefault(g, []).append(r["job_id"])
                 held_by[g] = r
@@ -507,7 +332,7 @@ class Client:
         return {
             r["job_id"]: f"{r['job_id']} ({r['project']}"
             + (", borrowing)" if r["borrowing"] else ")")
-            for r in self.store.rows("WHERE status='RUNNING'")
+            for r in self.store.running_rows()
         }
 
     def _check_gpu_index(self, index: int) -> None:

@@ -153,6 +153,8 @@ def render_text(exc: AirError, *, max_chars: int | None = None, wording: Any = N
     lines = [f"[{exc.code}] {message}"]
     problems = list(getattr(exc, "problems", None) or [])
     if problems and not exc.message.endswith("; ".join(problems)):
+        if max_chars is not None:  # bounded like the message: at most 10 short lines
+            problems = [p[:200] for p in problems[:10]]
         lines += [f"  - {p}" for p in problems]
     lines.append(f"Next: {hint}")
     return "\n".join(lines)

@@ -7,15 +7,16 @@ import os
 import re
 from pathlib import Path
 
+from air_skills import settings
 from air_skills.errors import NotFound, StoreError
 
 JOB_ID_RE = re.compile(r"^job-[0-9a-f]{10}$")
 
 
 def default_home() -> Path:
-    env = os.environ.get("AIR_HOME")
-    if env:
-        return Path(env).expanduser()
+    home = settings.get("AIR_HOME")
+    if home:
+        return home
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("air-skills", appauthor=False))

@@ -5,13 +5,13 @@ Strict pydantic v2 models: unknown fields are refused, and every problem is repo
 
 from __future__ import annotations
 
-import os
 import shlex
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from air_skills import settings
 from air_skills.errors import InvalidSpec, pydantic_problems
 from air_skills.status import JobStatus
 
@@ -118,7 +118,7 @@ class JobSpec(_Strict):
             ) from None
 
     def resolved_project(self) -> str:
-        return self.project or os.environ.get("AIR_PROJECT") or "default"
+        return self.project or settings.get("AIR_PROJECT") or "default"
 
 
 class JobInfo(BaseModel):

@@ -1,1 +1,304 @@
-"""Every AIR_* environment variable, parsed and validated once (stdlib only)."""
+"""Every AIR_* environment variable, parsed and validated once (stdlib only).
+
+Reads happen when a value is needed, not at import: tests set variables per test, and the
+supervisor reads them in its own process. ``get`` parses one variable; ``check_all`` raises one
+``InvalidInput`` naming every bad value (the CLI calls it before each command), so
+``AIR_MAX_INFRA_RETRIES=three air ls`` is a clean ``[invalid-input]`` error, not a traceback.
+``docs/configuration.md`` is this table in prose; ``python -m air_skills.settings`` prints it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from air_skills.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One variable: how to parse it, its default, what it means and what a valid value is."""
+
+    name: str
+    kind: str  # int | float | str | path
+    default: Any  # None: unset (the meaning says what that does)
+    meaning: str
+    form: str = ""  # the valid form, as in "is not {form}"; "" for any text
+    valid: Callable[[Any], bool] | None = None
+    # strict: a bad value is an error (check_all). Lenient ones fall back to their default,
+    # and the code that uses them reports the problem (a GPU note, a doctor check).
+    strict: bool = True
+    default_text: str = ""  # the default as the docs say it, when it is not a plain value
+
+
+def _at_least(low: float) -> Callable[[Any], bool]:
+    return lambda v: v >= low  # NaN compares False: refused
+
+
+def _positive(v: float) -> bool:
+    return v > 0 and not math.isinf(v)
+
+
+_TABLE = (
+    # --- where state lives ----------------------------------------------------------------
+    Setting(
+        "AIR_HOME", "path", None,
+        "the folder of the state store, the job folders and the default MLflow store",
+        default_text="the platform's user data dir (e.g. ~/.local/share/air-skills)",
+    ),
+    Setting(
+        "AIR_PROJECT", "str", None,
+        "the project (for quotas) of a job whose spec names none",
+        default_text="`default`",
+    ),
+    Setting(
+        "AIR_DATA_ROOTS", "str", None,
+        "the folders that data inputs may come from, separated by `os.pathsep` (`:`)",
+        default_text="unset: every data input is refused",
+    ),
+    # --- GPUs and health ------------------------------------------------------------------
+    Setting(
+        "AIR_SIMULATED_GPUS", "int", None,
+        "use N simulated GPUs instead of NVML (tests and demos); a bad value means no GPUs,"
+        " with a note",
+        "a count 0-1024", lambda v: 0 <= v <= 1024, strict=False,
+        default_text="unset: NVML's GPUs",
+    ),
+    Setting(
+        "AIR_SIMULATED_GPU_FAULTS", "str", None,
+        "a JSON file of faults to inject into simulated GPUs, re-read on every check",
+        default_text="unset: no faults",
+    ),
+    Setting(
+        "AIR_GPU_MAX_TEMP_C", "float", 90.0,
+        "the GPU temperature (°C) above which a GPU fails its check; a bad value falls back"
+        " to the default, with a note",
+        "a temperature 20-150 °C", lambda v: 20 <= v <= 150, strict=False,
+    ),
+    Setting(
+        "AIR_HEALTH_INTERVAL_S", "float", 5.0,
+        "seconds between GPU health checks while a job runs",
+        "a number of seconds > 0", _positive,
+    ),
+    Setting(
+        "AIR_PREFLIGHT_TIMEOUT_S", "float", 120.0,
+        "time limit of the deep check (`air doctor --deep`); a bad value falls back to the"
+        " default",
+        "a number of seconds > 0", _positive, strict=False,
+    ),
+    Setting(
+        "AIR_PREFLIGHT_ALLOC_MB", "float", None,
+        "memory the deep check allocates per GPU; a bad value falls back to the default",
+        "a number of MiB > 0", _positive, strict=False,
+        default_text="1024 on CUDA, 16 on CPU",
+    ),
+    # --- the supervisor -------------------------------------------------------------------
+    Setting(
+        "AIR_GRACE_S", "float", 10.0,
+        "seconds between SIGTERM and SIGKILL when a job is cancelled, times out or is preempted",
+        "a number of seconds >= 0", _at_least(0),
+    ),
+    Setting(
+        "AIR_SUPERVISOR_LINGER_S", "float", 60.0,
+        "seconds an idle supervisor waits for a pass to hand it a job (0: exit at once)",
+        "a number of seconds >= 0", _at_least(0),
+    ),
+    Setting(
+        "AIR_MAX_INFRA_RETRIES", "int", 3,
+        "infra failures (GPU fault, failed preflight, lost supervisor) after which a job is no"
+        " longer requeued",
+        "a whole number >= 0", _at_least(0),
+    ),
+    # --- the scheduler --------------------------------------------------------------------
+    Setting(
+        "AIR_CPU_SLOTS", "int", None,
+        "CPU threads shared among running jobs; a bad value falls back to the default",
+        "a whole number > 0", _positive, strict=False,
+        default_text="the machine's cores",
+    ),
+    Setting(
+        "AIR_QUEUE_WINDOW", "int", None,
+        "queued jobs a scheduling pass looks at (the head of the queue); a bad value falls back"
+        " to the default",
+        "a whole number > 0", _positive, strict=False,
+        default_text="max(16, 2 × GPUs)",
+    ),
+    Setting(
+        "AIR_STARVATION_S", "float", 30.0,
+        "seconds a blocked job waits before it reserves GPUs that backfill may not take",
+        "a number of seconds >= 0", _at_least(0),
+    ),
+    Setting(
+        "AIR_BYPASS_JOBS", "int", 0,
+        "jobs submitted after a reserving head that may still overtake it (bounded bypass)",
+        "a whole number >= 0", _at_least(0),
+    ),
+    # --- the MCP server -------------------------------------------------------------------
+    Setting(
+        "AIR_MCP_TOKEN", "str", None,
+        "the bearer token that `air-mcp --transport http` requires",
+        default_text="unset: no authentication, loopback only",
+    ),
+)  # fmt: skip
+
+SETTINGS: dict[str, Setting] = {s.name: s for s in _TABLE}
+
+# What every job receives (written into its environment, never read by the toolkit itself).
+JOB_ENV: dict[str, str] = {
+    "AIR_JOB_ID": "the job's id",
+    "AIR_CONFIG_FILE": "a JSON file holding the job's `config`",
+    "AIR_CHECKPOINT_DIR": "a folder kept across retries and preemptions: save checkpoints here",
+    "AIR_DATA_DIR": "a folder with one link per data input (`$AIR_DATA_DIR/<name>`)",
+    "AIR_ATTEMPT": "the attempt number (raised by each retry or preemption)",
+    "AIR_HOME": "the home the job was launched from",
+    "AIR_CONFIG_JSON": "Ray only: the config in transit; unset before the command runs",
+}
+
+_PARSE: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "path": lambda raw: Path(raw).expanduser(),
+}
+
+
+def raw(name: str) -> str:
+    """The variable's text, stripped; "" when unset."""
+    _setting(name)
+    return os.environ.get(name, "").strip()
+
+
+def problem(name: str) -> str | None:
+    """``NAME='value' is not FORM`` when the variable is set to a bad value, else None."""
+    text = raw(name)
+    if not text:
+        return None
+    try:
+        _parse(SETTINGS[name], text)
+    except ValueError:
+        return f"{name}={text!r} is not {SETTINGS[name].form}"
+    return None
+
+
+def get(name: str) -> Any:
+    """The parsed value, or the default when unset or empty.
+
+    A bad value raises ``InvalidInput`` naming the variable, the value and its valid form; for a
+    lenient setting it gives the default (its user reports the problem through ``problem``).
+    """
+    s = _setting(name)
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return s.default
+    try:
+        return _parse(s, text)
+    except ValueError:
+        if not s.strict:
+            return s.default
+        raise _invalid(s, text) from None
+
+
+def check_all() -> None:
+    """Raise one ``InvalidInput`` for every strict variable set to a bad value."""
+    bad = [(s, text) for s in _TABLE if s.strict and (text := raw(s.name)) and problem(s.name)]
+    if not bad:
+        return
+    if len(bad) == 1:
+        raise _invalid(*bad[0])
+    problems = [f"{s.name}={text!r} is not {s.form}" for s, text in bad]
+    raise InvalidInput(
+        "bad environment variables: " + "; ".join(problems),
+        hint="fix or unset them (docs/configuration.md lists every variable)",
+        variables=[s.name for s, _ in bad],
+    )
+
+
+def _setting(name: str) -> Setting:
+    try:
+        return SETTINGS[name]
+    except KeyError:
+        # A programming error, not a user's: every variable the code reads is in the table.
+        raise KeyError(f"{name} is not in air_skills.settings; add it to the table") from None
+
+
+def _parse(s: Setting, text: str) -> Any:
+    value = _PARSE[s.kind](text)
+    if s.valid is not None and not s.valid(value):
+        raise ValueError(text)
+    return value
+
+
+def _default_text(s: Setting) -> str:
+    if s.default_text:
+        return s.default_text
+    return f"`{s.default:g}`" if isinstance(s.default, float) else f"`{s.default}`"
+
+
+def _invalid(s: Setting, text: str) -> InvalidInput:
+    return InvalidInput(
+        f"{s.name}={text!r} is not {s.form}",
+        hint=f"set {s.name} to {s.form}, or unset it (default: {_default_text(s)})",
+        variable=s.name,
+        value=text,
+    )
+
+
+def markdown_table() -> str:
+    """The settings as a Markdown table (docs/configuration.md holds it)."""
+    rows = [
+        "| variable | type | default | meaning | valid values |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for s in _TABLE:
+        form = s.form or "any text"
+        rows.append(f"| `{s.name}` | {s.kind} | {_default_text(s)} | {s.meaning} | {form} |")
+    return "\n".join(rows)
+
+
+_PAGE_HEAD = """\
+# Configuration
+
+Every environment variable that AIR Skills reads, with its default and meaning. Each is parsed
+and checked in one place, `air_skills/settings.py`; this page is generated from it
+(`python -m air_skills.settings > docs/configuration.md`), and a test fails when the code reads a
+variable that is not listed here.
+
+A bad value of a checked variable is a clean error that names the variable, the value and the
+valid form, for example:
+
+```
+$ AIR_MAX_INFRA_RETRIES=three air ls
+[invalid-input] AIR_MAX_INFRA_RETRIES='three' is not a whole number >= 0
+Next: set AIR_MAX_INFRA_RETRIES to a whole number >= 0, or unset it (default: `3`)
+```
+
+An empty value counts as unset. The supervisor of a job reads these variables from the
+environment the job was launched from.
+
+## Variables you set
+"""
+
+_PAGE_JOB = """
+## Variables every job receives
+
+The local supervisor and the Ray entrypoint set these for the job's command (with
+`CUDA_VISIBLE_DEVICES` and the MLflow variables `MLFLOW_TRACKING_URI`, `MLFLOW_RUN_ID` and
+`MLFLOW_EXPERIMENT_ID`). The toolkit writes them and never reads them back.
+
+| variable | meaning |
+| --- | --- |
+"""
+
+
+def markdown_page() -> str:
+    """docs/configuration.md, whole."""
+    job = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in JOB_ENV.items())
+    return _PAGE_HEAD + "\n" + markdown_table() + "\n" + _PAGE_JOB + job + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_page(), end="")

@@ -168,6 +168,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "state": phase,
         "pid": alive.get("pid") if alive else None,
         "stop_reason": state.stopped.get("reason") if state.stopped else None,
+        "stop_detail": state.stopped.get("detail") if state.stopped else None,
         "objective": {"metric": study.objective.metric, "direction": study.objective.direction},
         "proposer": study.proposer.type,
         "trials": {"total": len(trials), **counts},
@@ -276,15 +277,20 @@ def suggest_trials(study_dir_or_file: str | Path | dict[str, Any], n: int = 1) -
 
 
 def stop_study(
-    study_dir: str | Path, *, cancel_running: bool = True, timeout_s: float = 30.0
+    study_dir: str | Path,
+    *,
+    cancel_running: bool = True,
+    timeout_s: float = 30.0,
+    reason: str | None = None,
 ) -> dict[str, Any]:
     """Stop a study: ask its loop to stop (cancelling running trials unless told not to) and
-    wait for it; with no loop running, cancel the study's running trials directly."""
+    wait for it; with no loop running, cancel the study's running trials directly. ``reason``
+    is journaled with the stop: ``get_study`` shows it as ``stop_detail``."""
     folder = Path(study_dir).expanduser().resolve()
     study, state = load_state(folder)
     alive = loop_alive(folder)
     if alive:
-        request_stop(folder, cancel_running, "stop_study")
+        request_stop(folder, cancel_running, reason or "stop_study")
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and loop_alive(folder):
             time.sleep(0.1)
@@ -306,11 +312,12 @@ def stop_study(
             for t in state.ordered():
                 if t.job_id and not t.job_done:
                     try:
-                        client.cancel(t.job_id, reason="stop_study", wait_s=0)
+                        client.cancel(t.job_id, reason=reason or "stop_study", wait_s=0)
                         cancelled.append(t.job_id)
                     except AirError:
                         pass
-            Journal(folder).append("stopped", reason="stop-request", detail="no loop was running")
+            detail = f"{reason} (no loop was running)" if reason else "no loop was running"
+            Journal(folder).append("stopped", reason="stop-request", detail=detail)
     out = get_study(folder)
     out["cancelled_jobs"] = cancelled
     return out

@@ -16,10 +16,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from air_skills.errors import AirError, InvalidInput, NotFound
+from air_skills.errors import AirError, InvalidInput, NotFound, render_json, render_text
 
 app = typer.Typer(
     help="autoresearch: proposers suggest config diffs, trials run in parallel on the GPU pool,"
@@ -45,15 +44,9 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except AirError as exc:
             if as_json:
-                print(json.dumps({"error": exc.to_dict()}, indent=2, default=str))
+                print(render_json(exc))
             else:
-                err.print(f"[red]\\[{exc.code}][/red] {escape(exc.message)}", highlight=False)
-                problems = getattr(exc, "problems", None) or []
-                if problems and not exc.message.endswith(tuple(problems[-1:])):
-                    for p in problems:
-                        err.print(f"  - {escape(p)}", highlight=False)
-                if exc.hint:
-                    err.print(f"Next: {escape(exc.hint)}", highlight=False)
+                err.print(render_text(exc), highlight=False, markup=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -214,12 +207,13 @@ def stop(
     keep_running: bool = typer.Option(
         False, "--keep-running", help="let running trials finish; launch no more"
     ),
+    reason: str | None = typer.Option(None, "--reason", help="why, for the journal"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Stop a study's loop (and cancel its running trials, unless --keep-running)."""
     from autoresearch.api import stop_study
 
-    summary = stop_study(study_dir, cancel_running=not keep_running)
+    summary = stop_study(study_dir, cancel_running=not keep_running, reason=reason)
     _emit_summary(summary, as_json)
 
 

@@ -8,6 +8,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from air_skills.vocabulary import Direction, best, better
+
 Curve = Sequence[Sequence[float]]  # [[step, value], ...], steps ascending
 
 
@@ -21,18 +23,18 @@ class Verdict:
     reason: str = ""
 
 
-def best_until(curve: Curve, step: float, minimize: bool) -> float | None:
+def best_until(curve: Curve, step: float, direction: Direction) -> float | None:
     values = [v for s, v in curve if s <= step and math.isfinite(v)]
     if not values:
         return None
-    return min(values) if minimize else max(values)
+    return best(values, direction)
 
 
 def median_rule(
     curve: Curve,
     others: Sequence[Curve],
     *,
-    minimize: bool,
+    direction: Direction,
     min_steps: int,
     min_trials: int,
     metric: str = "value",
@@ -43,13 +45,13 @@ def median_rule(
     step = curve[-1][0]
     if step < min_steps:
         return Verdict(False, step=step, reason=f"step {step:g} < min_steps {min_steps}")
-    mine = best_until(curve, step, minimize)
+    mine = best_until(curve, step, direction)
     if mine is None:
         return Verdict(False, step=step, reason="no finite value yet")
     peers = [
         b
         for c in others
-        if c and c[-1][0] >= step and (b := best_until(c, step, minimize)) is not None
+        if c and c[-1][0] >= step and (b := best_until(c, step, direction)) is not None
     ]
     if len(peers) < min_trials:
         return Verdict(
@@ -60,7 +62,7 @@ def median_rule(
             reason=f"{len(peers)} finished trials reached step {step:g}; {min_trials} needed",
         )
     med = statistics.median(peers)
-    worse = mine > med if minimize else mine < med
+    worse = better(med, mine, direction)
     reason = (
         f"best {metric} {mine:.5g} by step {step:g} is worse than the median {med:.5g}"
         f" of {len(peers)} finished trials at that step"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 import json
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,9 +269,6 @@ class StudyState:
     def ordered(self) -> list[Trial]:
         return [self.trials[n] for n in sorted(self.trials)]
 
-    def launched_count(self) -> int:
-        return sum(1 for t in self.trials.values() if t.status != TrialStatus.PROPOSED)
-
     def gpu_hours(self, now: float | None = None) -> float:
         total = 0.0
         for t in self.trials.values():
@@ -289,11 +285,3 @@ def replay(events: list[dict[str, Any]]) -> StudyState:
     for ev in events:
         st.apply(ev)
     return st
-
-
-def noise_stats(values: list[float], sigmas: float) -> tuple[float, float]:
-    """(standard deviation, floor) of the baseline's repeated runs."""
-    if len(values) < 2:
-        return 0.0, 0.0
-    std = statistics.stdev(values)
-    return std, sigmas * std

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from autoresearch.study import ChoiceParam, FloatParam, IntParam, Study, check_value
+from autoresearch.study_schema import ChoiceParam, FloatParam, IntParam, Study, check_value
 
 
 def normalize_value(param: Any, value: Any) -> Any:
@@ -102,17 +102,3 @@ def sample_value(param: Any, rng: random.Random) -> Any:
             return min(max(int(v), param.low), param.high)
         return rng.randint(param.low, param.high)
     return rng.choice(param.values)
-
-
-def space_size(study: Study) -> float:
-    """How many distinct configs the space holds (inf with any float parameter)."""
-    n = 1.0
-    for param in study.search_space.values():
-        if isinstance(param, FloatParam):
-            return math.inf
-        n *= (param.high - param.low + 1) if isinstance(param, IntParam) else len(param.values)
-    return n
-
-
-def taken_keys(study: Study, configs: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, str]:
-    return {config_key(study, cfg): label for label, cfg in configs}

@@ -1,314 +1,38 @@
-"""The study file: what to search, how to judge a trial, and the budgets that bound the search.
-
-Strict pydantic v2 models: an unknown key or a changed type is an error, and every problem in a
-file is reported at once. Every key but ``name``, ``command``, ``search_space`` and ``objective``
-has a default; ``proposer`` and ``early_stopping`` may be written as a bare word (``tpe``).
+"""The study file: read it (YAML, a study folder or a dict), report every problem at once,
+check that it can run here, and write it back. Its schema is in ``study_schema``.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import ValidationError
 
 from air_skills.errors import InvalidSpec, NotFound
-from air_skills.models import DataInput, split_command
+from autoresearch.study_schema import (
+    PARAM_TYPES,
+    PROPOSER_TYPES,
+    Budget,
+    ChoiceParam,
+    EarlyStopping,
+    FloatParam,
+    IntParam,
+    LlmProposerConfig,
+    Noise,
+    Objective,
+    Param,
+    Price,
+    ProposerConfig,
+    RandomProposerConfig,
+    Study,
+    TpeProposerConfig,
+    check_value,
+)
 
-Scalar = str | int | float | bool | None
 STUDIES_DIR = "studies"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-# --- the search space --------------------------------------------------------------------------
-
-
-def _check_range(low: float, high: float, log: bool) -> None:
-    """Every problem of a numeric range at once (ints are always finite)."""
-    problems = []
-    if not (math.isfinite(low) and math.isfinite(high)):
-        problems.append("low and high must be finite numbers")
-    elif low >= high:
-        problems.append(f"low ({low}) must be below high ({high})")
-    if log and low <= 0:
-        problems.append(f"log scale needs low > 0 (got {low})")
-    if problems:
-        raise ValueError("\n".join(problems))
-
-
-class FloatParam(_Strict):
-    """A real value in [low, high]; ``log`` samples evenly in log space (low must be > 0)."""
-
-    type: Literal["float"]
-    low: float
-    high: float
-    log: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> FloatParam:
-        _check_range(self.low, self.high, self.log)
-        return self
-
-
-class IntParam(_Strict):
-    """An integer in [low, high], both included."""
-
-    type: Literal["int"]
-    low: int
-    high: int
-    log: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> IntParam:
-        _check_range(self.low, self.high, self.log)
-        return self
-
-
-class ChoiceParam(_Strict):
-    """One of a list of plain values (strings, numbers, booleans)."""
-
-    type: Literal["choice"]
-    values: list[Scalar] = Field(min_length=1)
-
-    @field_validator("values")
-    @classmethod
-    def _unique(cls, values: list[Scalar]) -> list[Scalar]:
-        seen: list[tuple[str, Scalar]] = []
-        for v in values:
-            key = (type(v).__name__, v)
-            if key in seen:
-                raise ValueError(f"value {v!r} is listed twice")
-            seen.append(key)
-        return values
-
-
-Param = Annotated[FloatParam | IntParam | ChoiceParam, Field(discriminator="type")]
-
-
-# --- the other sections ------------------------------------------------------------------------
-
-
-class Objective(_Strict):
-    """The metric that judges a trial (its last logged value), and which way is better."""
-
-    metric: str = Field(min_length=1)
-    direction: Literal["minimize", "maximize"] = "minimize"
-    step_metric: str | None = Field(
-        default=None, min_length=1, description="intermediate metric for early stopping"
-    )
-
-    @property
-    def curve_metric(self) -> str:
-        return self.step_metric or self.metric
-
-    def better(self, a: float, b: float) -> bool:
-        """True when ``a`` is strictly better than ``b``."""
-        return a < b if self.direction == "minimize" else a > b
-
-
-class Budget(_Strict):
-    """Hard limits; the loop stops cleanly at the first one spent. ``None`` means no limit."""
-
-    trials: int = Field(default=20, ge=1, le=100_000)  # trials launched, baseline included
-    concurrency: int = Field(default=2, ge=1, le=1024)  # trials running at once
-    wall_time_min: float | None = Field(default=None, gt=0)  # minutes the loop runs in all
-    gpu_hours: float | None = Field(default=None, gt=0)  # GPU-hours the trials use in all
-    llm_usd: float = Field(default=1.0, ge=0)  # dollars spent on LLM calls
-
-
-class Price(_Strict):
-    """Dollars per million tokens, for a model the price table does not know."""
-
-    input_usd_per_mtok: float = Field(ge=0)
-    output_usd_per_mtok: float = Field(ge=0)
-
-
-class RandomProposerConfig(_Strict):
-    type: Literal["random"]
-    seed: int = 0
-
-
-class TpeProposerConfig(_Strict):
-    type: Literal["tpe"]
-    seed: int = 0
-    n_startup_trials: int | None = Field(default=None, ge=1)  # default: from the budget
-
-
-class LlmProposerConfig(_Strict):
-    type: Literal["llm"]
-    provider: Literal["anthropic", "openai"] = "anthropic"
-    model: str | None = Field(default=None, min_length=1)  # default per provider
-    base_url: str | None = Field(default=None, min_length=1)  # any OpenAI-compatible server
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    max_tokens: int = Field(default=4096, ge=256, le=128_000)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    max_retries: int = Field(default=3, ge=0, le=10)  # HTTP retries (429, 5xx) with back-off
-    timeout_s: float = Field(default=120.0, gt=0)
-    fallback: Literal["tpe", "random"] = "tpe"
-    seed: int = 0
-    price: Price | None = None
-
-    @property
-    def resolved_model(self) -> str:
-        if self.model:
-            return self.model
-        return "claude-sonnet-4-6" if self.provider == "anthropic" else "gpt-5-mini"
-
-    @property
-    def key_env(self) -> str:
-        if self.api_key_env:
-            return self.api_key_env
-        return "ANTHROPIC_API_KEY" if self.provider == "anthropic" else "OPENAI_API_KEY"
-
-
-ProposerConfig = Annotated[
-    RandomProposerConfig | TpeProposerConfig | LlmProposerConfig, Field(discriminator="type")
-]
-PROPOSER_TYPES = ("tpe", "random", "llm")
-PARAM_TYPES = ("float", "int", "choice")
-
-
-class EarlyStopping(_Strict):
-    """Median rule: stop a trial whose best ``step_metric`` so far is worse than the median of
-    the finished trials at the same step, once it has reached ``min_steps``."""
-
-    type: Literal["median", "none"] = "median"
-    min_steps: int = Field(default=0, ge=0)  # no trial is stopped before this step
-    min_trials: int = Field(default=3, ge=1)  # finished trials needed at that step
-
-
-class Noise(_Strict):
-    """Re-runs of the baseline with other seeds; an improvement counts only beyond the floor."""
-
-    repeats: int = Field(default=0, ge=0, le=50)  # extra runs of the base config
-    sigmas: float = Field(default=2.0, gt=0)  # floor = sigmas x standard deviation
-    seed_key: str = Field(default="seed", min_length=1)  # the config key that holds the seed
-
-
-class Study(_Strict):
-    """A study file, validated."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-    command: list[str] = Field(min_length=1)  # argv; the config arrives in AIR_CONFIG_FILE
-    workdir: str = "."  # relative to the folder the loop starts in
-    base_config: dict[str, Any] = Field(default_factory=dict)
-    search_space: dict[str, Param] = Field(min_length=1)
-    objective: Objective
-    budget: Budget = Field(default_factory=Budget)
-    gpus_per_trial: int | None = Field(default=None, ge=0)  # None: 1 if the pool has GPUs, else 0
-    proposer: ProposerConfig = Field(default_factory=lambda: TpeProposerConfig(type="tpe"))
-    early_stopping: EarlyStopping = Field(default_factory=EarlyStopping)
-    noise: Noise = Field(default_factory=Noise)
-    program: str = ""  # free-text research notes for the LLM
-    env: dict[str, str] = Field(default_factory=dict)  # extra environment for every trial
-    trial_timeout_min: float | None = Field(default=None, gt=0)
-    max_infra_retries: int = Field(default=1, ge=0, le=20)  # relaunches after GPU/host faults
-    experiment: str | None = Field(default=None, min_length=1)  # MLflow experiment
-    backend: Literal["local", "ray"] | None = None  # None: AIR_HOME's default (local)
-    project: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    data: list[DataInput] = Field(default_factory=list)  # [{name, path}], as in a job spec
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _split_command(cls, value: Any) -> Any:
-        return split_command(value)
-
-    @field_validator("proposer", mode="before")
-    @classmethod
-    def _bare_proposer(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            if value not in PROPOSER_TYPES:
-                raise ValueError(
-                    f"unknown proposer {value!r}; use one of {', '.join(PROPOSER_TYPES)}"
-                )
-            return {"type": value}
-        return value
-
-    @field_validator("early_stopping", mode="before")
-    @classmethod
-    def _bare_early_stopping(cls, value: Any) -> Any:
-        if value is None or value is False:
-            return {"type": "none"}
-        if isinstance(value, str):
-            return {"type": value}
-        return value
-
-    @field_validator("noise", mode="before")
-    @classmethod
-    def _bare_noise(cls, value: Any) -> Any:
-        return {"repeats": 0} if value is None else value
-
-    @model_validator(mode="after")
-    def _cross_checks(self) -> Study:
-        problems = []
-        for key, param in self.search_space.items():
-            if key in self.base_config:
-                problems += [
-                    f"base_config.{key}: {p}"
-                    for p in check_value(key, param, self.base_config[key])
-                ]
-        if self.noise.repeats and self.noise.seed_key in self.search_space:
-            problems.append(
-                f"noise.seed_key {self.noise.seed_key!r} is also in search_space; "
-                "the noise repeats need to set it themselves"
-            )
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
-
-    @property
-    def experiment_name(self) -> str:
-        return self.experiment or f"autoresearch-{self.name}"
-
-    def config_for(self, diff: dict[str, Any]) -> dict[str, Any]:
-        return {**self.base_config, **diff}
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-
-# --- values against the space ------------------------------------------------------------------
-
-
-def check_value(key: str, param: Any, value: Any) -> list[str]:
-    """Problems of one value against its parameter (empty when it fits)."""
-    if isinstance(param, FloatParam):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return [f"{key}={value!r} has the wrong type: expected a number"]
-        if not math.isfinite(value):
-            return [f"{key}={value!r} is not a finite number"]
-        if not param.low <= value <= param.high:
-            return [f"{key}={value!r} is out of range [{param.low}, {param.high}]"]
-        return []
-    if isinstance(param, IntParam):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return [f"{key}={value!r} has the wrong type: expected an integer"]
-        if isinstance(value, float) and not value.is_integer():
-            return [f"{key}={value!r} has the wrong type: expected an integer"]
-        if not param.low <= value <= param.high:
-            return [f"{key}={value!r} is out of range [{param.low}, {param.high}]"]
-        return []
-    values = param.values
-    if not any(type(v) is type(value) and v == value for v in values):
-        if any(v == value and not isinstance(v, bool) for v in values):
-            match = next(v for v in values if v == value)
-            if isinstance(match, float) and isinstance(value, int) and not isinstance(value, bool):
-                return []
-        return [f"{key}={value!r} is not one of {values!r}"]
-    return []
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -462,3 +186,31 @@ def default_study_dir(study: Study, base: Path | None = None) -> Path:
 
 def dump_study(study: Study) -> str:
     return yaml.safe_dump(study.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+__all__ = [
+    "PARAM_TYPES",
+    "PROPOSER_TYPES",
+    "STUDIES_DIR",
+    "Budget",
+    "ChoiceParam",
+    "EarlyStopping",
+    "FloatParam",
+    "IntParam",
+    "LlmProposerConfig",
+    "Noise",
+    "Objective",
+    "Param",
+    "Price",
+    "ProposerConfig",
+    "RandomProposerConfig",
+    "Study",
+    "TpeProposerConfig",
+    "check_runnable",
+    "check_value",
+    "default_study_dir",
+    "dump_study",
+    "load_study",
+    "parse_study",
+    "read_yaml",
+]

@@ -44,7 +44,8 @@ def measure_rows(
     from launch import _read_stamp, job_command
 
     from air_skills import Client, JobSpec, JobStatus
-    from air_skills.backends.ray import LocalRayHead, RayBackend
+    from air_skills.backends.ray import RayBackend
+    from air_skills.testing.ray_head import LocalRayHead
 
     head = None
     address = address or os.environ.get("RAY_ADDRESS")

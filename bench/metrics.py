@@ -36,7 +36,15 @@ def populate(client, runs: int, steps: int) -> list[str]:
             tags={},
         )
         spec = JobSpec(command=["true"], track=False)
-        client.store.queue(spec, job_id, os.devnull, f"bench-{r}", run_id, exp_id)
+        client.store.queue(
+            spec.model_dump(mode="json"),
+            job_id,
+            os.devnull,
+            f"bench-{r}",
+            run_id,
+            exp_id,
+            project=spec.resolved_project(),
+        )
         client.store.finish(job_id, JobStatus.SUCCEEDED, message="SUCCEEDED: bench")
         now = int(time.time() * 1000)
         points = [

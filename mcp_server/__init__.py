@@ -1,5 +1,7 @@
 """The MCP server ``air-mcp``: thin tools over ``air_skills.Client`` and ``autoresearch``.
 
-``tools`` holds the logic as plain functions, ``schemas`` their reply shapes, ``server`` the
-MCP registration and the command line, ``http`` the guard of the streamable HTTP transport.
+``tools`` holds the logic as plain functions (``jobs``, ``logs``, ``studies``), ``schemas`` their
+reply shapes, ``render`` their text, ``wording`` the tool names and errors an agent reads,
+``adapter`` the wrapping into MCP tools, ``server`` the registration and the command line,
+``stdio`` and ``http`` the transports.
 """

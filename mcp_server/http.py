@@ -1,7 +1,8 @@
-"""The streamable HTTP transport's guard: Host (421), Origin (403), bearer token (401), size (413).
+"""The streamable HTTP transport of ``air-mcp``: the SDK's app on uvicorn, behind a guard.
 
-A plain ASGI middleware in front of the SDK's app. It never logs or echoes a header value, so
-the token cannot leak through a log line or a reply.
+``HttpGuard`` checks Host (421), Origin (403), bearer token (401) and size (413): a plain ASGI
+middleware in front of the SDK's app. It never logs or echoes a header value, so the token
+cannot leak through a log line or a reply.
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
-from collections.abc import Iterable
+import socket
+from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -136,3 +140,67 @@ async def _refuse(
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def serve_http(
+    server: MCPServer,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    allowed_hosts: list[str],
+    allowed_origins: list[str],
+    max_body_bytes: int,
+    log_level: str,
+    say: Callable[[str], None],
+) -> None:
+    """Serve ``server`` at http://host:port/mcp until interrupted; ``say`` announces the URL."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted sockets inherit it: without it, Nagle and delayed ACKs add ~40 ms per call.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host.strip("[]"), port))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    hosts = [f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]", *allowed_hosts)]
+    if not is_loopback(host):
+        hosts.append(f"{host}:{port}")
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[
+            "http://127.0.0.1:*",
+            "http://localhost:*",
+            "http://[::1]:*",
+            "https://127.0.0.1:*",
+            "https://localhost:*",
+            "https://[::1]:*",
+            "http://127.0.0.1",
+            "http://localhost",
+            "http://[::1]",
+            *allowed_origins,
+        ],
+    )
+    app = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        max_request_body_size=max_body_bytes,
+        transport_security=security,
+        host=host,
+    )
+    guarded = HttpGuard(
+        app,
+        port=port,
+        token=token,
+        bind_host=host,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
+        max_body_bytes=max_body_bytes,
+    )
+    auth = "bearer token required" if token else "no AIR_MCP_TOKEN set: no authentication"
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    say(f"listening on http://{shown}:{port}/mcp ({auth})")
+    config = uvicorn.Config(guarded, log_level=log_level.lower(), access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

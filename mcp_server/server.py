@@ -1,38 +1,35 @@
 """``air-mcp``: the MCP server. Registers the plain functions of ``mcp_server.tools`` as tools.
 
-Only this package imports ``mcp``. stdio by default (``mcp_server.stdio``; logs on stderr only);
-``--transport http`` serves streamable HTTP on 127.0.0.1 behind ``mcp_server.http.HttpGuard``.
+Only this package imports ``mcp``. This module says what is registered (tools, resources, the
+research prompt) and runs the command line; ``adapter`` wraps the functions as tools, ``stdio``
+(the default; logs on stderr only) and ``http`` (``--transport http``, 127.0.0.1 behind
+``http.HttpGuard``) are the transports.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import inspect
 import logging
 import os
-import socket
 import sys
-import threading
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
-import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, ValidationError
+from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+from pydantic import ValidationError
 
 from air_skills import __version__
 from air_skills.client import Client
 from air_skills.errors import AirError, NotFound
 from mcp_server import tools
-from mcp_server.http import DEFAULT_MAX_BODY_BYTES, HttpGuard, is_loopback
-from mcp_server.schemas import WaitReply
+from mcp_server.adapter import error_result, plain_tool, wait_tool
+from mcp_server.http import DEFAULT_MAX_BODY_BYTES, is_loopback, serve_http
+from mcp_server.render import clean_output, reply_json
 from mcp_server.stdio import serve_stdio
+from mcp_server.wording import bad_arguments, error_text
 
 log = logging.getLogger("air_mcp")
 
@@ -72,113 +69,6 @@ its metric, and what you learned.
 """
 
 
-# --- results ----------------------------------------------------------------------------------
-
-
-def error_result(exc: AirError) -> CallToolResult:
-    text = tools.error_text(exc)
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-
-
-def ok_result(reply: BaseModel, text: str) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=tools.dump(reply),
-    )
-
-
-RENDER: dict[str, Callable[[Any], str]] = {
-    "launch_job": tools.render_job,
-    "get_job": tools.render_job,
-    "cancel_job": tools.render_job,
-    "list_jobs": tools.render_page,
-    "get_logs": tools.render_logs,
-    "wait_for_jobs": tools.render_wait,
-}
-
-
-def _forbid_extra(tool: Tool) -> Tool:
-    """Refuse unknown arguments (the SDK's argument models ignore them)."""
-    base = tool.fn_metadata.arg_model
-    strict = type(
-        base.__name__,
-        (base,),
-        {
-            "__module__": base.__module__,
-            "model_config": ConfigDict(extra="forbid", arbitrary_types_allowed=True),
-        },
-    )
-    tool.fn_metadata.arg_model = strict
-    tool.parameters = strict.model_json_schema(by_alias=True)
-    return tool
-
-
-def _description(fn: Callable[..., Any]) -> str:
-    return inspect.cleandoc(fn.__doc__ or "")
-
-
-def plain_tool(
-    fn: Callable[..., Any], client: Client, annotations: ToolAnnotations, title: str
-) -> Tool:
-    """A Tool that calls ``fn(client, **arguments)``: its schema from fn's other parameters."""
-    sig = inspect.signature(fn, eval_str=True)
-    params = [p for name, p in sig.parameters.items() if name != "client"]
-    render = RENDER.get(fn.__name__, tools.render_json)
-
-    def call(**kwargs: Any) -> CallToolResult:
-        try:
-            reply = fn(client, **kwargs)
-        except AirError as exc:
-            return error_result(exc)
-        return ok_result(reply, render(reply))
-
-    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=params, return_annotation=Annotated[CallToolResult, sig.return_annotation]
-    )
-    call.__name__ = fn.__name__
-    tool = Tool.from_function(
-        call, name=fn.__name__, title=title, description=_description(fn), annotations=annotations
-    )
-    return _forbid_extra(tool)
-
-
-def wait_tool(client: Client) -> Tool:
-    """wait_for_jobs: the plain function on a worker thread, progress sent as notifications."""
-    sig = inspect.signature(tools.wait_for_jobs, eval_str=True)
-    params = [p for n, p in sig.parameters.items() if n not in ("client", "on_progress", "stop")]
-
-    async def call(ctx: Context, **kwargs: Any) -> CallToolResult:
-        stop = threading.Event()
-
-        def progress(done: int, total: int, message: str) -> None:
-            anyio.from_thread.run(ctx.report_progress, done, total, message)
-
-        run = functools.partial(
-            tools.wait_for_jobs, client, on_progress=progress, stop=stop, **kwargs
-        )
-        try:
-            reply = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-        except AirError as exc:
-            return error_result(exc)
-        finally:
-            stop.set()  # a cancelled call leaves its thread: this ends it at its next poll
-        return ok_result(reply, tools.render_wait(reply))
-
-    ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
-    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=[*params, ctx_param], return_annotation=Annotated[CallToolResult, WaitReply]
-    )
-    call.__name__ = "wait_for_jobs"
-    tool = Tool.from_function(
-        call,
-        name="wait_for_jobs",
-        title="Wait for jobs",
-        description=_description(tools.wait_for_jobs),
-        annotations=READ_ONLY,
-    )
-    return _forbid_extra(tool)
-
-
 # --- the server -------------------------------------------------------------------------------
 
 
@@ -209,9 +99,7 @@ class AirMCPServer(MCPServer):
             )
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
-                return error_result(
-                    tools.bad_arguments(name, exc.__cause__, self.tool_params[name])
-                )
+                return error_result(bad_arguments(name, exc.__cause__, self.tool_params[name]))
             raise
 
 
@@ -226,7 +114,7 @@ def build_server(client: Client | None = None) -> AirMCPServer:
         plain_tool(tools.get_logs, client, READ_ONLY, "Read a job's log"),
         plain_tool(tools.get_metrics, client, READ_ONLY, "Read a job's metrics"),
         plain_tool(tools.compare_jobs, client, READ_ONLY, "Compare jobs"),
-        wait_tool(client),
+        wait_tool(client, READ_ONLY),
         plain_tool(tools.cancel_job, client, CANCEL, "Cancel a job"),
         plain_tool(tools.list_gpus, client, READ_ONLY, "List GPUs"),
         plain_tool(tools.start_study, client, STUDY_WRITE, "Start a study"),
@@ -253,9 +141,9 @@ def build_server(client: Client | None = None) -> AirMCPServer:
         try:
             chunk = client.logs(job_id, tail=None)
         except AirError as exc:
-            raise ResourceNotFoundError(tools.error_text(exc)) from None
+            raise ResourceNotFoundError(error_text(exc)) from None
         text = chunk.text[-64_000:]
-        return tools.clean_output(text)
+        return clean_output(text)
 
     @server.resource(
         "air://jobs/{job_id}",
@@ -265,9 +153,9 @@ def build_server(client: Client | None = None) -> AirMCPServer:
     )
     def job_info(job_id: str) -> str:
         try:
-            return tools.render_json(tools.get_job(client, job_id))
+            return reply_json(tools.get_job(client, job_id))
         except AirError as exc:
-            raise ResourceNotFoundError(tools.error_text(exc)) from None
+            raise ResourceNotFoundError(error_text(exc)) from None
 
     @server.prompt(
         name="agent_research",
@@ -354,70 +242,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = build_server()
     except AirError as exc:
-        _say(tools.error_text(exc).replace("\n", " "))
+        _say(error_text(exc).replace("\n", " "))
         return 1
     try:
         if args.transport == "stdio":
             anyio.run(serve_stdio, server)
         else:
-            serve_http(server, args, token)
+            serve_http(
+                server,
+                host=args.host,
+                port=args.port,
+                token=token,
+                allowed_hosts=args.allow_host,
+                allowed_origins=args.allow_origin,
+                max_body_bytes=args.max_body_bytes,
+                log_level=args.log_level,
+                say=_say,
+            )
     except KeyboardInterrupt:
         pass
     return 0
-
-
-def serve_http(server: AirMCPServer, args: argparse.Namespace, token: str | None) -> None:
-    import uvicorn
-
-    family = socket.AF_INET6 if ":" in args.host.strip("[]") else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted sockets inherit it: without it, Nagle and delayed ACKs add ~40 ms per call.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((args.host.strip("[]"), args.port))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    hosts = [f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]", *args.allow_host)]
-    if not is_loopback(args.host):
-        hosts.append(f"{args.host}:{port}")
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=hosts,
-        allowed_origins=[
-            "http://127.0.0.1:*",
-            "http://localhost:*",
-            "http://[::1]:*",
-            "https://127.0.0.1:*",
-            "https://localhost:*",
-            "https://[::1]:*",
-            "http://127.0.0.1",
-            "http://localhost",
-            "http://[::1]",
-            *args.allow_origin,
-        ],
-    )
-    app = server.streamable_http_app(
-        streamable_http_path="/mcp",
-        max_request_body_size=args.max_body_bytes,
-        transport_security=security,
-        host=args.host,
-    )
-    guarded = HttpGuard(
-        app,
-        port=port,
-        token=token,
-        bind_host=args.host,
-        allowed_hosts=args.allow_host,
-        allowed_origins=args.allow_origin,
-        max_body_bytes=args.max_body_bytes,
-    )
-    auth = "bearer token required" if token else "no AIR_MCP_TOKEN set: no authentication"
-    host = f"[{args.host}]" if family == socket.AF_INET6 else args.host
-    _say(f"listening on http://{host}:{port}/mcp ({auth})")
-    config = uvicorn.Config(
-        guarded, log_level=args.log_level.lower(), access_log=False, lifespan="on"
-    )
-    uvicorn.Server(config).run(sockets=[sock])
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from air_skills.gpu.providers import GpuFault, provider
+from air_skills.gpu.providers import provider
+from air_skills.gpu.types import GpuFault
 
 TIMEOUT_ENV = "AIR_PREFLIGHT_TIMEOUT_S"
 ALLOC_ENV = "AIR_PREFLIGHT_ALLOC_MB"
@@ -258,7 +259,7 @@ def _rank_main(args: argparse.Namespace) -> int:
         dev = torch.device("cpu")
     injected: set[str] = set()
     if args.device == "cpu":
-        from air_skills.gpu.health import simulated_deep_faults
+        from air_skills.gpu.simulated import simulated_deep_faults
 
         injected = simulated_deep_faults(args.gpu)
     if "hang" in injected:  # simulated: a GPU that never answers

@@ -1,8 +1,9 @@
-"""`air doctor`: what this machine offers (GPUs, health, AIR_HOME, versions) and what to fix.
+"""`air doctor`'s report: what the machine offers (GPUs, health, AIR_HOME, versions), what to fix.
 
 Each check is ``{name, status (ok | warn | fail), detail, next}``; ``next`` says what to do.
 The report's ``status`` is the worst of them. ``deep`` adds the torch check of
-``air_skills.gpu.deep_check`` on every GPU that is not cordoned.
+``air_skills.gpu.deep_check`` on every GPU that is not cordoned. The report is a function of
+what the caller read (the GPU pool, recent infra events); ``air_skills.cli.doctor`` reads them.
 """
 
 from __future__ import annotations
@@ -10,15 +11,15 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from air_skills.gpu import health
-from air_skills.gpu.providers import GpuFault, GpuProvider, provider
+from air_skills.gpu import health, simulated
+from air_skills.gpu.providers import GpuProvider
+from air_skills.gpu.types import GpuFault
 
 if TYPE_CHECKING:
-    from air_skills.client import Client
     from air_skills.models import GpuInfo
 
 Add = Callable[..., None]
@@ -32,27 +33,36 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
+def doctor_report(
+    prov: GpuProvider,
+    infos: list[GpuInfo],
+    home: Path,
+    *,
+    requeued_infra: Sequence[Any],
+    cordons: Sequence[Any],
+    max_infra_retries: int,
+    deep: bool = False,
+) -> dict[str, Any]:
+    """The report over the GPU pool ``infos`` (as ``Client.gpus``) and the last 24 h of
+    ``requeued-infra`` and ``cordon`` events (rows with ``job_id`` and ``message``)."""
     checks: list[dict[str, Any]] = []
 
     def add(name: str, status: str, detail: str, next_: str = "") -> None:
         checks.append({"name": name, "status": status, "detail": detail, "next": next_})
 
-    prov = provider()
-    infos = client.gpus()
     _check_gpus(prov, infos, add)
     _check_faults_file(add)
-    _check_settings(add)
-    _check_infra_history(client, add)
+    _check_settings(add, max_infra_retries)
+    _check_infra_history(requeued_infra, cordons, add)
     if deep:
         from air_skills.gpu.deep_check import deep_check
 
         for result in deep_check([g.index for g in infos if not g.cordoned]):
             add(result["name"], result["status"], result["detail"], result.get("next", ""))
-    add("air_home", "ok", f"{client.home} (writable)")
+    add("air_home", "ok", f"{home} (writable)")
     from air_skills.tracking.mlflow import tracking_uri
 
-    add("mlflow", "ok", f"tracking store {tracking_uri(client.home)}")
+    add("mlflow", "ok", f"tracking store {tracking_uri(home)}")
     versions = {
         "python": sys.version.split()[0],
         **{d: _version(d) for d in ("air-skills", "mlflow", "mcp", "ray", "torch", "optuna")},
@@ -60,7 +70,7 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
     add("versions", "ok", ", ".join(f"{k} {v}" for k, v in versions.items() if v))
     add("cpu", "ok", f"{os.cpu_count()} cores; jobs get thread caps (OMP_NUM_THREADS, ...)")
     worst = max((c["status"] for c in checks), key=RANK.__getitem__, default="ok")
-    return {"status": worst, "checks": checks, "versions": versions, "home": str(client.home)}
+    return {"status": worst, "checks": checks, "versions": versions, "home": str(home)}
 
 
 def _faults_text(faults: list[GpuFault]) -> str:
@@ -134,7 +144,7 @@ def _check_gpus(prov: GpuProvider, infos: list[GpuInfo], add: Add) -> None:
 
 
 def _check_faults_file(add: Add) -> None:
-    path, problems, entries = health.faults_file_status()
+    path, problems, entries = simulated.faults_file_status()
     if path is None:
         return
     if problems:
@@ -143,7 +153,7 @@ def _check_faults_file(add: Add) -> None:
             "fail",
             f"{health.FAULTS_ENV}={path}: " + "; ".join(problems) + ". No simulated faults are"
             " injected while it is invalid; the GPU checks go on without them",
-            f"fix the file (kinds: {', '.join(health.SIMULATED_KINDS)}) or unset"
+            f"fix the file (kinds: {', '.join(simulated.SIMULATED_KINDS)}) or unset"
             f" {health.FAULTS_ENV}",
         )
         return
@@ -152,7 +162,7 @@ def _check_faults_file(add: Add) -> None:
     add("faults file", "ok", f"{health.FAULTS_ENV}={path}: {n} simulated fault(s), on GPUs {on}")
 
 
-def _check_settings(add: Add) -> None:
+def _check_settings(add: Add, max_infra_retries: int) -> None:
     limit, problem = health.max_temp_c()
     raw_interval = os.environ.get("AIR_HEALTH_INTERVAL_S", "5")
     try:
@@ -167,12 +177,10 @@ def _check_settings(add: Add) -> None:
             "set it to e.g. 5, or unset it",
         )
         return
-    from air_skills.runtime.passes import MAX_INFRA_RETRIES
-
     detail = (
         f"preflight on a job's GPUs before it starts, then every {interval:g}s while it runs"
         f" (Xid, ECC, retired pages, row remap, throttle, temperature <= {limit:g} °C);"
-        f" a job is restarted elsewhere after up to {MAX_INFRA_RETRIES} infra failures"
+        f" a job is restarted elsewhere after up to {max_infra_retries} infra failures"
     )
     if problem:
         add("health settings", "warn", f"{problem}; {detail}", f"fix {health.MAX_TEMP_ENV}")
@@ -180,15 +188,7 @@ def _check_settings(add: Add) -> None:
         add("health settings", "ok", detail)
 
 
-def _check_infra_history(client: Client, add: Add) -> None:
-    since = time.time() - 24 * 3600
-    rows = client.store.read(
-        "SELECT job_id, message FROM events WHERE kind='requeued-infra' AND ts > ? ORDER BY id",
-        (since,),
-    )
-    cordons = client.store.read(
-        "SELECT message FROM events WHERE kind='cordon' AND ts > ? ORDER BY id", (since,)
-    )
+def _check_infra_history(rows: Sequence[Any], cordons: Sequence[Any], add: Add) -> None:
     if not rows and not cordons:
         add("infra failures", "ok", "none in the last 24 h")
         return
@@ -197,3 +197,32 @@ def _check_infra_history(client: Client, add: Add) -> None:
     if latest is not None:
         detail += f"; latest: {latest['job_id']}: {latest['message']}"
     add("infra failures", "warn", detail + " (last 24 h)", "see `air gpus`")
+
+
+# --- the pool, in words ---------------------------------------------------------------------------
+
+
+def pool_notes(infos: list[Any]) -> list[str]:
+    """Lines under `air gpus`: what is wrong with the pool, and what to do (GpuInfo list)."""
+    lines = []
+    path, problems, _ = simulated.faults_file_status()
+    if problems:
+        lines.append(
+            f"warning: {health.FAULTS_ENV}={path} is invalid ({'; '.join(problems)}); no simulated"
+            " faults are injected. `air doctor` for details"
+        )
+    for g in infos:
+        if g.cordoned:
+            lines.append(
+                f"GPU {g.index} is cordoned: no job starts on it. After a fix, `air uncordon"
+                f" {g.index}` (it re-runs the check first)"
+            )
+        elif g.health != "ok":
+            lines.append(
+                f"GPU {g.index} fails its check ({g.reason}): the next job's preflight on it"
+                f" cordons it and starts the job elsewhere; `air cordon {g.index} --reason ...`"
+                " takes it out now"
+            )
+    if infos and all(g.cordoned for g in infos):
+        lines.append("every GPU is cordoned: GPU jobs wait in the queue (nothing is lost)")
+    return lines

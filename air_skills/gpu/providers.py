@@ -1,41 +1,31 @@
-"""GPU inventory: NVML on real machines, a simulated pool when AIR_SIMULATED_GPUS=N is set.
+"""GPU inventory: which provider answers "which GPUs are there" in this process, and its protocol.
 
-Health checks (Xid, ECC, throttling, ...) live in ``air_skills.gpu.health``; this module answers
-"which GPUs are there", and each provider reads health values (``readings``) that
-``health.translate`` turns into faults (``faults``). A check never raises: a failure of the
-check itself comes back as a non-critical fault with index -1.
+NVML (``air_skills.gpu.nvml``) on real machines, a simulated pool (``air_skills.gpu.simulated``)
+when AIR_SIMULATED_GPUS=N is set, none otherwise. Each provider reads health values
+(``readings``) that ``air_skills.gpu.health.translate`` turns into faults (``faults``). A check
+never raises: a failure of the check itself comes back as a non-critical fault with index -1.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from air_skills.gpu.health import GpuReading, XidWatcher
+from air_skills.gpu.nvml import NvmlGpuProvider
+from air_skills.gpu.simulated import SimulatedGpuProvider
+from air_skills.gpu.types import GpuDevice, GpuFault, GpuReading
 
-
-@dataclass(frozen=True)
-class GpuDevice:
-    index: int
-    name: str
-    memory_mb: int
-    uuid: str = ""
-
-
-@dataclass(frozen=True)
-class GpuFault:
-    """One finding of a health check. ``critical`` faults cordon the GPU."""
-
-    index: int
-    kind: str  # xid, ecc, retired-pages, throttle, temperature, missing, ...
-    detail: str
-    critical: bool = True
-    data: dict[str, object] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        return f"GPU {self.index}: {self.kind}: {self.detail}"
+# Re-exported: callers name the value types and providers through this module.
+__all__ = [
+    "GpuDevice",
+    "GpuFault",
+    "GpuProvider",
+    "GpuReading",
+    "NoGpuProvider",
+    "NvmlGpuProvider",
+    "SimulatedGpuProvider",
+    "provider",
+]
 
 
 class GpuProvider(Protocol):
@@ -51,36 +41,6 @@ class GpuProvider(Protocol):
         ...
 
 
-def _check_failed(exc: Exception) -> list[GpuFault]:
-    return [GpuFault(-1, "check-error", f"the health check failed: {exc!r}", critical=False)]
-
-
-class SimulatedGpuProvider:
-    """N fake GPUs for tests and demos; faults come from AIR_SIMULATED_GPU_FAULTS."""
-
-    kind = "simulated"
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.note = f"{count} simulated GPUs (AIR_SIMULATED_GPUS={count})"
-
-    def devices(self) -> list[GpuDevice]:
-        return [GpuDevice(i, "Simulated GPU", 81920, f"GPU-sim-{i:04d}") for i in range(self.count)]
-
-    def readings(self, indices: list[int]) -> list[GpuReading]:
-        from air_skills.gpu import health
-
-        return health.simulated_readings(indices, self.count)[0]
-
-    def faults(self, indices: list[int]) -> list[GpuFault]:
-        from air_skills.gpu import health
-
-        try:
-            return health.simulated_faults(indices, self.count)
-        except Exception as exc:  # a check must never take a supervisor down
-            return _check_failed(exc)
-
-
 class NoGpuProvider:
     """No GPUs: NVML missing or unusable, or AIR_SIMULATED_GPUS not a count. ``note`` says why."""
 
@@ -93,68 +53,10 @@ class NoGpuProvider:
         return []
 
     def readings(self, indices: list[int]) -> list[GpuReading]:
-        from air_skills.gpu.health import GpuReading
-
         return [GpuReading(i, present=False, missing_detail=self.note) for i in indices]
 
     def faults(self, indices: list[int]) -> list[GpuFault]:
         return [GpuFault(i, "missing", self.note) for i in indices]
-
-
-class NvmlGpuProvider:
-    """Real GPUs through nvidia-ml-py."""
-
-    kind = "nvml"
-
-    def __init__(self, nvml: Any, note: str) -> None:
-        self.nvml = nvml
-        self.note = note
-        self._watcher: XidWatcher | None = None
-
-    def devices(self) -> list[GpuDevice]:
-        nv = self.nvml
-        try:
-            count = nv.nvmlDeviceGetCount()
-        except nv.NVMLError:
-            return []
-        out = []
-        for i in range(count):
-            try:
-                h = nv.nvmlDeviceGetHandleByIndex(i)
-                name = _text(nv.nvmlDeviceGetName(h))
-                mem = nv.nvmlDeviceGetMemoryInfo(h).total // (1024 * 1024)
-                uuid = _text(nv.nvmlDeviceGetUUID(h))
-            except nv.NVMLError as exc:
-                # Still listed, so that it shows (and fails its checks) instead of vanishing.
-                out.append(GpuDevice(i, f"unreadable GPU ({exc})", 0))
-                continue
-            out.append(GpuDevice(i, name, int(mem), uuid))
-        return out
-
-    @property
-    def watcher(self) -> XidWatcher:
-        if self._watcher is None:
-            from air_skills.gpu.health import XidWatcher
-
-            self._watcher = XidWatcher(self.nvml)
-        return self._watcher
-
-    def readings(self, indices: list[int]) -> list[GpuReading]:
-        from air_skills.gpu import health
-
-        return health.nvml_readings(self.nvml, indices, self.watcher)
-
-    def faults(self, indices: list[int]) -> list[GpuFault]:
-        from air_skills.gpu import health
-
-        try:
-            return health.nvml_faults(self.nvml, indices, self.watcher)
-        except Exception as exc:  # a check must never take a supervisor down
-            return _check_failed(exc)
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 _provider: GpuProvider | None = None

@@ -19,6 +19,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from air_skills import settings
 from air_skills.errors import AirError, InvalidInput, InvalidState
 
 SERVER_NAME = "air"
@@ -440,9 +441,9 @@ def air_mcp_command() -> str:
 def server_entry() -> dict[str, Any]:
     """command, args and env of the stdio server; AIR_HOME is passed on when it is set."""
     entry: dict[str, Any] = {"command": air_mcp_command(), "args": []}
-    home = os.environ.get("AIR_HOME")
+    home = settings.get("AIR_HOME")
     if home:
-        entry["env"] = {"AIR_HOME": str(Path(home).expanduser().absolute())}
+        entry["env"] = {"AIR_HOME": str(home.absolute())}
     return entry
 
 

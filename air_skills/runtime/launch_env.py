@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air_skills.home import read_launch_env
+from air_skills.home import job_dir, read_launch_env
 
 
 def thread_caps(cpus: int) -> dict[str, str]:
@@ -75,11 +75,11 @@ def _devnull() -> int:
 def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) -> CommandLaunch:
     """The launch of a started job's command, from its record: what the job receives."""
     job_id = row["job_id"]
-    job_dir = home / "jobs" / job_id
-    ckpt = job_dir / "checkpoints"
+    jdir = job_dir(home, job_id)
+    ckpt = jdir / "checkpoints"
     ckpt.mkdir(exist_ok=True)
     # The environment of the process that launched the job, whoever starts it.
-    launched = read_launch_env(job_dir)
+    launched = read_launch_env(jdir)
     env = launched if launched is not None else dict(os.environ)
     for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
         env.pop(key, None)
@@ -88,9 +88,9 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
         {
             "AIR_HOME": os.fspath(home),
             "AIR_JOB_ID": job_id,
-            "AIR_CONFIG_FILE": os.fspath(job_dir / "config.json"),
+            "AIR_CONFIG_FILE": os.fspath(jdir / "config.json"),
             "AIR_CHECKPOINT_DIR": os.fspath(ckpt),
-            "AIR_DATA_DIR": os.fspath(job_dir / "data"),
+            "AIR_DATA_DIR": os.fspath(jdir / "data"),
             "AIR_ATTEMPT": str(row["attempts"]),
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
             # CUDA numbers GPUs fastest-first by default; NVML (and our indices) by PCI bus.

@@ -15,37 +15,27 @@ import functools
 import json
 import os
 import select
-import signal
 import sqlite3
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
+from air_skills import settings
 from air_skills.gpu.providers import provider
+from air_skills.runtime import pass_queries as q
 from air_skills.runtime import proc
+from air_skills.runtime.outcomes import MAX_INFRA_RETRIES, AttemptEnd, InfraFailure, classify
 from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
+from air_skills.runtime.signals import POKE_SIGNAL
+from air_skills.runtime.spawn import prestart_launch, spawn_supervisor
 from air_skills.runtime.store import Store
 
 # A RUNNING record whose supervisor has not reported within this time was never started.
 SUPERVISOR_START_GRACE_S = 30.0
-# Sent to a supervisor to say "read the state now": its job's stop request (cancel, preempt),
-# or, when it is idle, the job that a pass handed to it. Not SIGTERM: a poke that arrives
-# late, for a job that has already ended, is harmless.
-POKE_SIGNAL = signal.SIGUSR1
-# A command started before its supervisor gets this long (or until it exits) before the
-# supervisor's interpreter boots beside it: on a small machine the boot would slow the job's
-# own start, which is what a user waits for. Cancel, timeout and exit are handled after it.
-SUPERVISOR_DEFER_S = 0.05
-MAX_INFRA_RETRIES = int(os.environ.get("AIR_MAX_INFRA_RETRIES", "3"))
 
 
 def cpu_slots() -> int:
-    env = os.environ.get("AIR_CPU_SLOTS")
-    if env and env.isdigit() and int(env) > 0:
-        return int(env)
-    return _cpu_count()
+    slots = settings.get("AIR_CPU_SLOTS")  # None when unset or bad: the machine's cores
+    return slots or _cpu_count()
 
 
 @functools.cache
@@ -72,14 +62,6 @@ def schedulable_gpus(store: Store) -> tuple[int, ...]:
     return tuple(i for i in gpu_indices() if not (i in cordons and cordons[i]["cordoned"]))
 
 
-# Columns a pass reads: no spec JSON parsed in Python, only what the scheduler needs.
-_PASS_COLUMNS = (
-    "job_id, seq, gpus_requested, priority, preemptible, created_at, started_at, project,"
-    " borrowing, stop_request, gpus, message, supervisor_pid, supervisor_start,"
-    " json_extract(spec, '$.timeout_min') AS timeout_min, json_extract(spec, '$.cpus') AS want_cpus"
-)
-
-
 def queue_window(n_gpus: int) -> int:
     """How many queued jobs a pass looks at (by priority, then age): the head of the queue.
 
@@ -88,10 +70,7 @@ def queue_window(n_gpus: int) -> int:
     start before those ahead of it anyway, except by backfill, whose depth this bounds (as
     Slurm's bf_max_job_test does; bench/packing.py measures it). ``AIR_QUEUE_WINDOW`` sets it.
     """
-    env = os.environ.get("AIR_QUEUE_WINDOW", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return max(16, 2 * n_gpus)
+    return settings.get("AIR_QUEUE_WINDOW") or max(16, 2 * n_gpus)
 
 
 def _queued(row: sqlite3.Row) -> QueuedJob:
@@ -122,39 +101,15 @@ def _running(row: sqlite3.Row) -> RunningJob:
     )
 
 
-def _queued_rows(c: sqlite3.Connection, window: int | None) -> list[sqlite3.Row]:
-    """The queue, or (``window``) its head by priority then age, plus the head of CPU jobs."""
-    if window is None:
-        return c.execute(
-            f"SELECT {_PASS_COLUMNS} FROM jobs WHERE status='QUEUED' AND backend='local'"
-            " ORDER BY seq"
-        ).fetchall()
-    head = c.execute(
-        f"SELECT {_PASS_COLUMNS} FROM jobs INDEXED BY jobs_queue"
-        " WHERE status='QUEUED' AND backend='local' ORDER BY priority DESC, seq LIMIT ?",
-        (window,),
-    ).fetchall()
-    if len(head) == window:
-        # CPU jobs deeper in the queue still get free CPU slots (they never wait for GPUs).
-        seen = {r["seq"] for r in head}
-        cpu = c.execute(
-            f"SELECT {_PASS_COLUMNS} FROM jobs INDEXED BY jobs_queue_cpu WHERE status='QUEUED'"
-            " AND gpus_requested=0 AND backend='local' ORDER BY priority DESC, seq LIMIT ?",
-            (window,),
-        ).fetchall()
-        head += [r for r in cpu if r["seq"] not in seen]
-    return sorted(head, key=lambda r: r["seq"])
-
-
 @dataclass
 class PassResult:
     """What one pass decided, to act on once its transaction is committed."""
 
     started: list[str] = field(default_factory=list)
-    rows: dict[str, sqlite3.Row] = field(default_factory=dict)  # the adopted job's record
+    rows: dict[str, sqlite3.Row] = field(default_factory=dict)  # the caller's job's record
     to_signal: list[tuple[int, str | None]] = field(default_factory=list)  # supervisors to poke
-    adopted: str | None = None  # the started job that the calling supervisor runs itself
-    handed: dict[str, tuple[int, str]] = field(default_factory=dict)  # job -> idle supervisor
+    caller_job: str | None = None  # the started job that the calling supervisor runs itself
+    to_idle: dict[str, tuple[int, str]] = field(default_factory=dict)  # job -> idle supervisor
 
 
 def _nothing_can_start(
@@ -169,54 +124,43 @@ def _nothing_can_start(
     if any(r["preemptible"] and r["gpus"] != "[]" for r in running_rows):
         return False
     cpu_jobs = sum(1 for r in running_rows if r["gpus"] == "[]")
-    return (
-        cpu_jobs >= slots
-        or not c.execute(
-            "SELECT 1 FROM jobs INDEXED BY jobs_queue_cpu WHERE status='QUEUED'"
-            " AND gpus_requested=0 AND backend='local' ORDER BY priority DESC, seq LIMIT 1"
-        ).fetchone()
-    )
+    return cpu_jobs >= slots or not q.cpu_job_queued(c)
 
 
-def pass_in_tx(
+def run_pass(
     store: Store,
     c: sqlite3.Connection,
     gpus: tuple[int, ...],
-    adopt: tuple[int, str] | None = None,
+    caller: tuple[int, str] | None = None,
     new_job: str | None = None,
 ) -> PassResult:
-    """One scheduling pass inside the caller's transaction ``c``; act on it with after_pass.
+    """One scheduling pass inside the caller's transaction ``c``; act on it with act_on_pass.
 
-    ``adopt``: (pid, start time) of a supervisor that will run the first started job itself.
+    ``caller``: (pid, start time) of a supervisor that will run the first started job itself.
     ``new_job``: a job just queued; when nothing can start (a busy pool, the common case of a
     launch) only its waiting reason is written, instead of reading the head of the queue.
     """
     result = PassResult()
     slots = cpu_slots()
-    quotas = {r["project"]: r["gpus"] for r in c.execute("SELECT * FROM quotas")}
-    running_rows = c.execute(
-        f"SELECT {_PASS_COLUMNS} FROM jobs WHERE status='RUNNING' AND backend='local'"
-    ).fetchall()
+    quotas = q.quotas(c)
+    running_rows = q.running(c)
     busy = not quotas and _nothing_can_start(c, running_rows, gpus, slots)
     if busy:
         queued_rows = []
         if new_job is not None:
-            queued_rows = c.execute(
-                f"SELECT {_PASS_COLUMNS} FROM jobs WHERE job_id=? AND status='QUEUED'",
-                (new_job,),
-            ).fetchall()
+            queued_rows = q.queued_job(c, new_job)
     else:
         # With quotas every project's place in the queue matters: the pass reads all of it.
-        queued_rows = _queued_rows(c, None if quotas else queue_window(len(gpus)))
+        queued_rows = q.queued(c, None if quotas else queue_window(len(gpus)))
     if not queued_rows and (busy or not running_rows):
         return result
     inv = Inventory(
         gpus=gpus,
         cpu_slots=slots,
         quotas=quotas,
-        starvation_s=float(os.environ.get("AIR_STARVATION_S", "30")),
+        starvation_s=settings.get("AIR_STARVATION_S"),
         # Opt-in: jobs submitted up to N after a starving head may still pass it (bounded).
-        bypass_jobs=int(os.environ.get("AIR_BYPASS_JOBS", "0") or 0),
+        bypass_jobs=settings.get("AIR_BYPASS_JOBS"),
     )
     decision = schedule(
         [_queued(r) for r in queued_rows], [_running(r) for r in running_rows], inv, time.time()
@@ -233,13 +177,10 @@ def pass_in_tx(
     share = max(1, slots // max(1, n_running))
     for start in decision.starts:
         cpus = queued[start.job_id]["want_cpus"] or share
-        if store.start(c, start.job_id, list(start.gpus), cpus, start.borrowing):
+        if store.mark_running(c, start.job_id, list(start.gpus), cpus, start.borrowing):
             result.started.append(start.job_id)
     for job_id, borrowing in decision.relabels.items():  # quota use changed: who borrows
-        c.execute(
-            "UPDATE jobs SET borrowing=? WHERE job_id=? AND status='RUNNING'",
-            (int(borrowing), job_id),
-        )
+        q.set_borrowing(c, job_id, borrowing)
     cordoned = len(gpu_indices()) - len(gpus)
     for job_id, reason in decision.reasons.items():
         if cordoned and queued[job_id]["gpus_requested"]:
@@ -251,32 +192,27 @@ def pass_in_tx(
             elif reason.startswith("waiting for") and "GPUs" in reason:
                 reason += f"; {cordoned} cordoned (`air gpus`)"
         if queued[job_id]["message"] != f"QUEUED: {reason}":  # write only what changed
-            c.execute(
-                "UPDATE jobs SET message=? WHERE job_id=? AND status='QUEUED'",
-                (f"QUEUED: {reason}", job_id),
-            )
+            q.set_waiting_reason(c, job_id, f"QUEUED: {reason}")
     waiting = list(result.started)
-    if adopt is not None and waiting:
-        result.adopted = waiting.pop(0)
-        store.set_supervisor(result.adopted, *adopt, c=c)
+    if caller is not None and waiting:
+        result.caller_job = waiting.pop(0)
+        store.set_supervisor(result.caller_job, *caller, c=c)
     for job_id in waiting:  # an idle supervisor starts a job at once: no process to create
         idle = store.claim_idle(c, _supervisor_alive)
         if idle is None:
             break
         store.set_supervisor(job_id, *idle, c=c)
-        result.handed[job_id] = idle
-    if result.adopted is not None:  # the others' records are read by whoever starts them
-        result.rows[result.adopted] = c.execute(
-            "SELECT * FROM jobs WHERE job_id=?", (result.adopted,)
-        ).fetchone()
+        result.to_idle[job_id] = idle
+    if result.caller_job is not None:  # the others' records are read by whoever starts them
+        result.rows[result.caller_job] = store.row_in(c, result.caller_job)
     return result
 
 
-def after_pass(store: Store, result: PassResult) -> None:
+def act_on_pass(store: Store, result: PassResult) -> None:
     """Once the pass is committed: hand started jobs to idle supervisors, start supervisors
     for the others, and poke the supervisors of preempted jobs."""
     lost: set[str] = set()
-    for job_id, (pid, _) in result.handed.items():
+    for job_id, (pid, _) in result.to_idle.items():
         try:
             os.kill(pid, POKE_SIGNAL)
         except ProcessLookupError:  # it died since it was claimed: take the job back
@@ -291,7 +227,7 @@ def after_pass(store: Store, result: PassResult) -> None:
                 pass
     registered: list[tuple[str, tuple[int, str], tuple[int, str] | None, str]] = []
     for job_id in result.started:
-        if job_id == result.adopted or (job_id in result.handed and job_id not in lost):
+        if job_id == result.caller_job or (job_id in result.to_idle and job_id not in lost):
             continue
         row = store.row(job_id)
         if row is None or row["status"] != "RUNNING" or row["supervisor_pid"] is not None:
@@ -318,109 +254,17 @@ def after_pass(store: Store, result: PassResult) -> None:
 def schedule_pass(store: Store, new_job: str | None = None) -> list[str]:
     """Run one scheduling pass; start supervisors for the jobs it starts. Returns their ids.
 
-    ``new_job``: the job just queued, if that is why the pass runs (see pass_in_tx).
+    ``new_job``: the job just queued, if that is why the pass runs (see run_pass).
     """
     gpus = schedulable_gpus(store)
     with store.tx() as c:
-        result = pass_in_tx(store, c, gpus, new_job=new_job)
-    after_pass(store, result)
+        result = run_pass(store, c, gpus, new_job=new_job)
+    act_on_pass(store, result)
     return result.started
 
 
 def running_message(gpus: list[int]) -> str:
     return f"RUNNING on GPUs {gpus}" if gpus else "RUNNING on CPU"
-
-
-def prestart_launch(home: Path, row: sqlite3.Row) -> Any:
-    """How to start the job's command at once, before its supervisor boots; None if it must wait.
-
-    The supervisor runs the preflight itself when there is anything to look at: a deep
-    (torch) check asked for, or the quick check finding a fault or a problem with the check.
-    """
-    from air_skills.runtime.launch_env import command_launch
-
-    spec = json.loads(row["spec"])
-    gpus = json.loads(row["gpus"])
-    if gpus and (spec.get("deep_preflight") or provider().faults(gpus)):
-        return None
-    return command_launch(home, row, spec, gpus)
-
-
-def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, int] | None:
-    """Start the job's supervisor in its own session, detached (double fork: no zombie).
-
-    With ``launch`` (a supervisor.CommandLaunch), the forked child starts the command first,
-    a C-level fork/exec, and only then becomes the supervisor (exec keeps the pid, so the
-    command stays its child): the job does not wait for a Python interpreter to boot.
-    Returns (supervisor pid, command pid or 0 if it could not start) in that case.
-    """
-    err_path = os.fspath(home / "jobs" / job_id / "supervisor.log")
-    argv = [sys.executable, "-m", "air_skills.runtime.supervisor", job_id]
-    env = {**os.environ, "AIR_HOME": os.fspath(home)}
-    read_end, write_end = os.pipe() if launch is not None else (-1, -1)
-    pid = os.fork()
-    if pid == 0:  # child: no return from here, whatever happens
-        try:
-            os.setsid()
-            if os.fork() != 0:
-                os._exit(0)
-            # This is still a copy of the spawning process: its Python signal handlers are not
-            # for here (until exec, which resets them; the command starts with defaults too).
-            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
-                signal.signal(signum, signal.SIG_DFL)
-            if launch is not None:
-                os.close(read_end)
-                job_pid = 0
-                try:
-                    # Keep the Popen object alive until exec: collected, it would reap a
-                    # command that has already exited, and the supervisor would lose its status.
-                    started = launch.popen()
-                    job_pid = started.pid
-                    argv += ["--job-pid", str(job_pid)]
-                except Exception as exc:  # recorded by the supervisor, as when it starts it
-                    argv += ["--start-error", f"{type(exc).__name__}:{exc}"]
-            # Pokes before the supervisor's handler is set are ignored, not fatal: it reads
-            # its stop request when it starts watching (ignored signals survive exec).
-            signal.signal(POKE_SIGNAL, signal.SIG_IGN)
-            if launch is not None:
-                os.write(write_end, f"{os.getpid()} {job_pid}\n".encode())
-                os.close(write_end)
-                if job_pid:
-                    wait_exit(job_pid, SUPERVISOR_DEFER_S)
-            null = os.open(os.devnull, os.O_RDWR)
-            err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            os.dup2(null, 0)
-            os.dup2(null, 1)
-            os.dup2(err, 2)
-            os.execve(sys.executable, argv, env)
-        finally:
-            os._exit(127)
-    os.waitpid(pid, 0)
-    if launch is None:
-        return None
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 64):
-        data += chunk
-    os.close(read_end)
-    try:
-        sup, job = (int(x) for x in data.split())
-    except ValueError:  # the child died before it could say: reconcile settles the record
-        return None
-    return sup, job
-
-
-def wait_exit(pid: int, timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` for a child to exit, without reaping it; True if it has."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        time.sleep(timeout_s)
-        return False
-    try:
-        return bool(select.select([fd], [], [], timeout_s)[0])
-    finally:
-        os.close(fd)
 
 
 def signal_stop(row: sqlite3.Row) -> None:
@@ -468,7 +312,7 @@ def _forget(key: tuple[int, str | None]) -> bool:
 
 def reconcile(store: Store) -> int:
     """Settle RUNNING records whose supervisor is gone. Returns how many were settled."""
-    rows = store.rows("WHERE status='RUNNING' AND backend='local'")
+    rows = store.running_rows("local")
     now = time.time()
     settled = 0
     for row in rows:
@@ -491,35 +335,21 @@ def reconcile(store: Store) -> int:
 
 
 def _settle_lost(store: Store, row: sqlite3.Row, what: str) -> int:
+    """Record the end of a job whose supervisor is lost (outcomes.py: an infra failure)."""
     job_id = row["job_id"]
-    stop = row["stop_request"]
+    end = AttemptEnd(
+        job_id,
+        # A preempt request counts for nothing once the supervisor is lost: the job goes back
+        # to the queue as an infra failure (and uses an infra retry), as with no request.
+        stop_request="cancel" if row["stop_request"] == "cancel" else None,
+        stop_reason=row["stop_reason"],
+        infra=InfraFailure(what, "lost"),
+        infra_retries=row["infra_retries"],
+        max_infra_retries=MAX_INFRA_RETRIES,
+    )
     with store.tx() as c:
-        current = c.execute("SELECT status FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        current = store.row_in(c, job_id)
         if current is None or current["status"] != "RUNNING":
             return 0
-        if stop == "cancel":
-            from air_skills.status import JobStatus
-
-            store.finish(
-                job_id, JobStatus.CANCELLED, message=f"CANCELLED: {row['stop_reason']}", c=c
-            )
-        elif row["infra_retries"] < MAX_INFRA_RETRIES:
-            store.requeue(
-                job_id,
-                kind="infra",
-                message=f"QUEUED: requeued after an infra failure ({what}); it restarts with the"
-                " same id and checkpoint folder",
-                c=c,
-            )
-        else:
-            from air_skills.status import JobStatus
-
-            store.finish(
-                job_id,
-                JobStatus.FAILED,
-                failure_kind="infra",
-                message=f"FAILED (infra): {what}; infra retries spent."
-                " Next: check `air doctor`, then relaunch",
-                c=c,
-            )
+        store.record_outcome(job_id, classify(end), c=c)
     return 1

@@ -40,3 +40,14 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+_own_start: str | None = None
+
+
+def own_start() -> str:
+    """This process's start time (see start_time), read once."""
+    global _own_start
+    if _own_start is None:
+        _own_start = start_time(os.getpid()) or ""
+    return _own_start

@@ -1,127 +1,28 @@
 """The state store: SQLite in WAL mode under AIR_HOME, shared by every process.
 
 Every state change is one ``BEGIN IMMEDIATE`` transaction through a named function
-(``queue``, ``start``, ``finish``, ``requeue``, ...). Terminal states are guarded by a
-conditional update: a write that would leave one changes nothing and reports False.
+(``queue``, ``mark_running``, ``finish``, ``requeue``, ...). Terminal states are guarded by
+a conditional update: a write that would leave one changes nothing and reports False. The
+connection and its transactions are runtime/db.py's; the tables are runtime/schema.py's;
+GPU cordons, quotas, settings and idle supervisors are runtime/pool_store.py's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
-from air_skills.errors import StoreError
-from air_skills.home import LAUNCH_ENV, ensure_home
+from air_skills.home import LAUNCH_ENV, job_dir
+from air_skills.runtime.outcomes import Outcome
+from air_skills.runtime.pool_store import PoolStore
 from air_skills.status import PRIORITY_RANK, JobStatus
-
-if TYPE_CHECKING:
-    from air_skills.models import JobInfo, JobSpec
 
 TERMINAL = tuple(s.value for s in JobStatus if s.is_terminal())
 _TERMINAL_SQL = "(" + ",".join(f"'{s}'" for s in TERMINAL) + ")"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT UNIQUE NOT NULL,
-    name TEXT NOT NULL,
-    spec TEXT NOT NULL,
-    status TEXT NOT NULL,
-    failure_kind TEXT,
-    exit_code INTEGER,
-    signal TEXT,
-    message TEXT NOT NULL DEFAULT '',
-    gpus TEXT NOT NULL DEFAULT '[]',
-    cpus INTEGER,
-    priority INTEGER NOT NULL,
-    preemptible INTEGER NOT NULL DEFAULT 0,
-    gpus_requested INTEGER NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    user_retries INTEGER NOT NULL DEFAULT 0,
-    infra_retries INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    queued_at REAL NOT NULL,
-    started_at REAL,
-    ended_at REAL,
-    run_id TEXT,
-    experiment_id TEXT,
-    log_path TEXT,
-    backend TEXT NOT NULL DEFAULT 'local',
-    backend_ref TEXT,
-    project TEXT NOT NULL DEFAULT 'default',
-    borrowing INTEGER NOT NULL DEFAULT 0,
-    idempotency_key TEXT UNIQUE,
-    supervisor_pid INTEGER,
-    supervisor_start TEXT,
-    job_pid INTEGER,
-    job_start TEXT,
-    stop_request TEXT,
-    stop_reason TEXT,
-    tracking_note TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
--- The scheduling pass reads the head of the queue in this order (a window, not all of it).
-CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(priority DESC, seq) WHERE status='QUEUED';
-CREATE INDEX IF NOT EXISTS jobs_queue_cpu ON jobs(priority DESC, seq)
-    WHERE status='QUEUED' AND gpus_requested=0;
-CREATE TABLE IF NOT EXISTS gpus (
-    idx INTEGER PRIMARY KEY,
-    cordoned INTEGER NOT NULL DEFAULT 0,
-    reason TEXT,
-    cordoned_at REAL,
-    health TEXT NOT NULL DEFAULT 'ok'
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT,
-    ts REAL NOT NULL,
-    kind TEXT NOT NULL,
-    message TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
-CREATE TABLE IF NOT EXISTS quotas (
-    project TEXT PRIMARY KEY,
-    gpus INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS settings (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS idle_supervisors (
-    pid INTEGER PRIMARY KEY,
-    start TEXT NOT NULL,
-    since REAL NOT NULL
-);
-"""
-
-
-SCHEMA_VERSION = 4  # raise it with every schema change: older homes gain the new columns
-
-
-def _schema_columns() -> dict[str, dict[str, str]]:
-    """{table: {column: declaration}} as SCHEMA declares them."""
-    tables: dict[str, dict[str, str]] = {}
-    for block in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", SCHEMA, re.S):
-        name, body = block
-        cols = {}
-        for line in body.strip().splitlines():
-            col, _, decl = line.strip().rstrip(",").partition(" ")
-            # A column added later cannot be PRIMARY KEY/UNIQUE in SQLite: keep the type.
-            cols[col] = decl.replace("PRIMARY KEY AUTOINCREMENT", "").replace("UNIQUE", "")
-        tables[name] = cols
-    return tables
-
-
-_T = TypeVar("_T")
-BUSY_TIMEOUT_S = 60.0  # how long a reader or a writer waits for the database before failing
 
 
 def new_job_id() -> str:
@@ -129,114 +30,14 @@ def new_job_id() -> str:
     return "job-" + os.urandom(5).hex()
 
 
-class Store:
+class Store(PoolStore):
     """One connection to AIR_HOME's database; cheap to create, one per process or thread."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = ensure_home(home)
-        self.path = self.home / "air.db"
-        try:
-            self.conn = sqlite3.connect(
-                self.path, timeout=60, isolation_level=None, check_same_thread=False
-            )
-            self.conn.row_factory = sqlite3.Row
-            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            self.conn.execute("PRAGMA synchronous = NORMAL")
-            if mode != "wal":
-                raise sqlite3.OperationalError(f"journal mode is {mode}, not wal")
-            if self.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                self._migrate()
-            # From here on, waits for the database are ours (_begin_immediate, read): short.
-            self.conn.execute("PRAGMA busy_timeout = 0")
-        except sqlite3.DatabaseError as exc:
-            raise self._wrap(exc) from None
-
-    def _migrate(self) -> None:
-        """Create the tables, and add the columns that an older AIR_HOME lacks."""
-        with self.tx() as c:
-            if c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
-                return
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    c.execute(statement)
-            for table, columns in _schema_columns().items():
-                have = {r["name"] for r in c.execute(f"PRAGMA table_info({table})")}
-                for name, decl in columns.items():
-                    if name not in have:
-                        c.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
-            c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    def _wrap(self, exc: sqlite3.Error) -> StoreError:
-        text = str(exc)
-        if "readonly" in text or "read-only" in text:
-            hint = "AIR_HOME is read-only: set AIR_HOME to a writable folder"
-        elif "not a database" in text or "malformed" in text:
-            hint = f"the state database {self.path} is corrupt: move it aside and retry"
-        elif "locked" in text:
-            return StoreError(
-                f"state database busy: {text}", hint="retry", retryable=True, path=str(self.path)
-            )
-        else:
-            hint = "check that AIR_HOME is a local, writable folder"
-        return StoreError(f"state database {self.path}: {text}", hint=hint, path=str(self.path))
-
-    def close(self) -> None:
-        self.conn.close()
-
-    @contextmanager
-    def tx(self) -> Iterator[sqlite3.Connection]:
-        """One BEGIN IMMEDIATE transaction, waiting for the write lock as long as it takes."""
-        try:
-            self._begin_immediate()
-            try:
-                yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
-            raise self._wrap(exc) from None
-
-    def _begin_immediate(self) -> None:
-        """BEGIN IMMEDIATE, waiting for the write lock (see _busy_retry)."""
-        self._busy_retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
-
-    def _busy_retry(self, attempt: Callable[[], _T]) -> _T:
-        """``attempt()``, tried again every 50 µs to 1 ms while the database is busy.
-
-        The connection's busy timeout is 0 and this is its wait: SQLite's own busy handler
-        sleeps 1, 2, 5, 10 ms... between tries, while a transaction here holds the lock for a
-        fraction of a millisecond, so with many processes writing (a supervisor per job) the
-        lock would sit idle while everyone sleeps. Gives up after BUSY_TIMEOUT_S.
-        """
-        deadline: float | None = None
-        delay = 50e-6
-        while True:
-            try:
-                return attempt()
-            except sqlite3.OperationalError as exc:
-                text = str(exc)
-                if "locked" not in text and "busy" not in text:
-                    raise
-                now = time.monotonic()
-                deadline = deadline or now + BUSY_TIMEOUT_S
-                if now > deadline:
-                    raise
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 1e-3)
-
-    def read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        try:
-            return self._busy_retry(lambda: self.conn.execute(sql, args).fetchall())
-        except sqlite3.DatabaseError as exc:
-            raise self._wrap(exc) from None
 
     # --- jobs: creation and reads -------------------------------------------------------
 
     def queue(
         self,
-        spec: JobSpec,
+        spec: Mapping[str, Any],
         job_id: str,
         log_path: str,
         name: str,
@@ -245,16 +46,20 @@ class Store:
         message: str = "QUEUED: waiting for a scheduling pass",
         tracking_note: str | None = None,
         c: sqlite3.Connection | None = None,
+        *,
+        project: str,
     ) -> tuple[str, bool]:
         """Record a new QUEUED job; with an idempotency key already used, return that job.
 
-        Returns (job_id, created).
+        ``spec``: the validated JobSpec as JSON data (``spec.model_dump(mode="json")``);
+        ``project``: its resolved project. Returns (job_id, created).
         """
         now = time.time()
+        key = spec.get("idempotency_key")
         with self._maybe_tx(c) as c:
-            if spec.idempotency_key:
+            if key:
                 row = c.execute(
-                    "SELECT job_id FROM jobs WHERE idempotency_key = ?", (spec.idempotency_key,)
+                    "SELECT job_id FROM jobs WHERE idempotency_key = ?", (key,)
                 ).fetchone()
                 if row:
                     return row["job_id"], False
@@ -266,17 +71,18 @@ class Store:
                 (
                     job_id,
                     name,
-                    spec.model_dump_json(),
+                    # Compact, as pydantic writes it: the spec is read back by json_extract.
+                    json.dumps(spec, separators=(",", ":"), ensure_ascii=False),
                     JobStatus.QUEUED.value,
-                    PRIORITY_RANK[spec.priority],
-                    int(spec.preemptible),
-                    spec.gpus,
+                    PRIORITY_RANK[spec.get("priority", "normal")],
+                    int(bool(spec.get("preemptible"))),
+                    spec.get("gpus", 0),
                     now,
                     now,
                     log_path,
-                    spec.backend,
-                    spec.resolved_project(),
-                    spec.idempotency_key,
+                    spec.get("backend", "local"),
+                    project,
+                    key,
                     message,
                     run_id,
                     experiment_id,
@@ -295,7 +101,7 @@ class Store:
 
     # --- named state changes ------------------------------------------------------------
 
-    def start(
+    def mark_running(
         self, c: sqlite3.Connection, job_id: str, gpus: list[int], cpus: int, borrowing: bool
     ) -> bool:
         """QUEUED -> RUNNING on the given GPUs (inside a scheduling transaction)."""
@@ -419,7 +225,7 @@ class Store:
             if cur.rowcount:
                 self._event(cx, job_id, status.value.lower(), message)
                 # The launch environment may hold secrets: an ended job needs it no more.
-                (self.home / "jobs" / job_id / LAUNCH_ENV).unlink(missing_ok=True)
+                (job_dir(self.home, job_id) / LAUNCH_ENV).unlink(missing_ok=True)
             return bool(cur.rowcount)
 
     def requeue(
@@ -471,6 +277,31 @@ class Store:
             self._event(c, job_id, f"stop-{kind}", reason)
         return bool(cur.rowcount)
 
+    def record_outcome(
+        self, job_id: str, outcome: Outcome, c: sqlite3.Connection | None = None
+    ) -> bool:
+        """Record an attempt's end as runtime/outcomes.py classified it (finish or requeue)."""
+        if outcome.action == "requeue":
+            assert outcome.kind is not None
+            return self.requeue(
+                job_id,
+                message=outcome.message,
+                kind=outcome.kind,
+                c=c,
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+            )
+        assert outcome.status is not None
+        return self.finish(
+            job_id,
+            outcome.status,
+            message=outcome.message,
+            exit_code=outcome.exit_code,
+            signal=outcome.signal,
+            failure_kind=outcome.failure_kind,
+            c=c,
+        )
+
     def event(self, job_id: str | None, kind: str, message: str) -> None:
         with self.tx() as c:
             self._event(c, job_id, kind, message)
@@ -478,139 +309,75 @@ class Store:
     def events(self, job_id: str) -> list[sqlite3.Row]:
         return self.read("SELECT * FROM events WHERE job_id=? ORDER BY id", (job_id,))
 
-    @staticmethod
-    def _event(c: sqlite3.Connection, job_id: str | None, kind: str, message: str) -> None:
-        c.execute(
-            "INSERT INTO events (job_id, ts, kind, message) VALUES (?,?,?,?)",
-            (job_id, time.time(), kind, message),
+    # --- named reads for the client and the backends ----------------------------------------
+
+    def by_idempotency_key(self, key: str) -> sqlite3.Row | None:
+        """The job launched with this idempotency key, if any."""
+        rows = self.read("SELECT * FROM jobs WHERE idempotency_key=?", (key,))
+        return rows[0] if rows else None
+
+    def row_in(self, c: sqlite3.Connection, job_id: str) -> sqlite3.Row | None:
+        """The job's row read inside the caller's transaction ``c``."""
+        row: sqlite3.Row | None = c.execute(
+            "SELECT * FROM jobs WHERE job_id=?", (job_id,)
+        ).fetchone()
+        return row
+
+    def live_backends(self) -> list[str]:
+        """The backends that hold QUEUED or RUNNING jobs, sorted."""
+        rows = self.read("SELECT DISTINCT backend FROM jobs WHERE status IN ('QUEUED','RUNNING')")
+        return sorted(r["backend"] for r in rows)
+
+    def live_rows(self, backend: str | None = None) -> list[sqlite3.Row]:
+        """QUEUED and RUNNING jobs (of one backend, or all), oldest first."""
+        if backend is None:
+            return self.rows("WHERE status IN ('QUEUED','RUNNING') ORDER BY seq")
+        return self.rows(
+            "WHERE backend=? AND status IN ('QUEUED','RUNNING') ORDER BY seq", (backend,)
         )
 
-    @contextmanager
-    def _maybe_tx(self, c: sqlite3.Connection | None) -> Iterator[sqlite3.Connection]:
-        if c is not None:
-            yield c
-        else:
-            with self.tx() as cx:
-                yield cx
+    def running_rows(self, backend: str | None = None) -> list[sqlite3.Row]:
+        """RUNNING jobs (of one backend, or all)."""
+        if backend is None:
+            return self.rows("WHERE status='RUNNING'")
+        return self.rows("WHERE status='RUNNING' AND backend=?", (backend,))
 
-    # --- idle supervisors: one whose job ended waits a while to run the next ---------------
+    def page_rows(
+        self,
+        *,
+        status: str | None = None,
+        experiment: str | None = None,
+        project: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[sqlite3.Row]:
+        """Jobs newest first, filtered; ``before_seq`` pages on from a cursor."""
+        where: list[str] = ["1=1"]
+        args: list[Any] = []
+        if status is not None:
+            where.append("status=?")
+            args.append(status)
+        if experiment is not None:
+            where.append("json_extract(spec, '$.experiment') IS ?")
+            args.append(experiment)
+        if project is not None:
+            where.append("project=?")
+            args.append(project)
+        if before_seq is not None:
+            where.append("seq < ?")
+            args.append(before_seq)
+        return self.rows(f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", (*args, limit))
 
-    def add_idle(self, pid: int, start: str, limit: int) -> bool:
-        """Join the idle list, unless ``limit`` supervisors are idle already."""
+    # --- named reads and writes for quotas and `air doctor` ---------------------------------
+
+    def remove_quota(self, project: str) -> None:
         with self.tx() as c:
-            (idle,) = c.execute("SELECT count(*) FROM idle_supervisors").fetchone()
-            if idle >= limit:
-                return False
-            c.execute(
-                "INSERT OR REPLACE INTO idle_supervisors (pid, start, since) VALUES (?,?,?)",
-                (pid, start, time.time()),
-            )
-            return True
+            c.execute("DELETE FROM quotas WHERE project=?", (project,))
 
-    def remove_idle(self, pid: int) -> bool:
-        """Leave the idle list. False if a pass took this supervisor first: it has a job."""
-        with self.tx() as c:
-            return bool(c.execute("DELETE FROM idle_supervisors WHERE pid=?", (pid,)).rowcount)
+    def job_projects(self) -> list[str]:
+        """Every project that has a job, in any status."""
+        return [r["project"] for r in self.read("SELECT DISTINCT project FROM jobs")]
 
-    def claim_idle(
-        self, c: sqlite3.Connection, alive: Callable[[int, str], bool] | None = None
-    ) -> tuple[int, str] | None:
-        """Take an idle supervisor that is still alive (the most recently idle), in a pass.
-
-        ``alive(pid, start)``: the liveness check (default: proc.alive).
-        """
-        if alive is None:
-            from air_skills.runtime.proc import alive
-
-        rows = c.execute("SELECT pid, start FROM idle_supervisors ORDER BY since DESC").fetchall()
-        for row in rows:
-            c.execute("DELETE FROM idle_supervisors WHERE pid=?", (row["pid"],))
-            if alive(row["pid"], row["start"]):
-                return row["pid"], row["start"]
-        return None
-
-    # --- GPUs, quotas, settings ------------------------------------------------------------
-
-    def gpu_rows(self) -> dict[int, sqlite3.Row]:
-        return {r["idx"]: r for r in self.read("SELECT * FROM gpus")}
-
-    def cordon(self, index: int, reason: str, health: str = "ok") -> None:
-        with self.tx() as c:
-            c.execute(
-                "INSERT INTO gpus (idx, cordoned, reason, cordoned_at, health) VALUES (?,1,?,?,?)"
-                " ON CONFLICT(idx) DO UPDATE SET cordoned=1, reason=excluded.reason,"
-                " cordoned_at=excluded.cordoned_at, health=excluded.health",
-                (index, reason, time.time(), health),
-            )
-            self._event(c, None, "cordon", f"GPU {index} cordoned: {reason}")
-
-    def uncordon(self, index: int, note: str = "") -> None:
-        with self.tx() as c:
-            c.execute(
-                "INSERT INTO gpus (idx, cordoned, reason, cordoned_at, health) VALUES"
-                " (?,0,NULL,NULL,'ok') ON CONFLICT(idx) DO UPDATE SET cordoned=0, reason=NULL,"
-                " cordoned_at=NULL, health='ok'",
-                (index,),
-            )
-            self._event(c, None, "uncordon", f"GPU {index} uncordoned {note}".strip())
-
-    def quotas(self) -> dict[str, int]:
-        return {r["project"]: r["gpus"] for r in self.read("SELECT * FROM quotas")}
-
-    def set_quota(self, project: str, gpus: int) -> None:
-        with self.tx() as c:
-            c.execute(
-                "INSERT INTO quotas (project, gpus) VALUES (?,?)"
-                " ON CONFLICT(project) DO UPDATE SET gpus=excluded.gpus",
-                (project, gpus),
-            )
-
-    def setting(self, key: str) -> str | None:
-        rows = self.read("SELECT value FROM settings WHERE key=?", (key,))
-        return rows[0]["value"] if rows else None
-
-    def set_setting(self, key: str, value: str) -> None:
-        with self.tx() as c:
-            c.execute(
-                "INSERT INTO settings (key, value) VALUES (?,?)"
-                " ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                (key, value),
-            )
-
-
-def row_to_info(row: sqlite3.Row) -> JobInfo:
-    from air_skills.models import JobInfo, utc_from_ts
-
-    rank_to_name = {v: k for k, v in PRIORITY_RANK.items()}
-    return JobInfo(
-        job_id=row["job_id"],
-        name=row["name"],
-        status=JobStatus(row["status"]),
-        failure_kind=row["failure_kind"],
-        exit_code=row["exit_code"],
-        signal=row["signal"],
-        message=row["message"]
-        + (f" ({row['tracking_note']})" if row["tracking_note"] and not row["run_id"] else ""),
-        gpus=json.loads(row["gpus"]),
-        priority=rank_to_name[row["priority"]],  # type: ignore[arg-type]
-        attempts=row["attempts"],
-        created_at=utc_from_ts(row["created_at"]),  # type: ignore[arg-type]
-        started_at=utc_from_ts(row["started_at"]),
-        ended_at=utc_from_ts(row["ended_at"]),
-        run_id=row["run_id"],
-        experiment_id=row["experiment_id"],
-        log_path=row["log_path"],
-        backend=row["backend"],
-        project=row["project"],
-        borrowing=bool(row["borrowing"]),
-        data=_data_refs(row["spec"]),
-    )
-
-
-def _data_refs(spec_json: str) -> list[str]:
-    data = json.loads(spec_json).get("data")
-    if not data:
-        return []
-    from air_skills.tracking.data import data_refs
-
-    return data_refs(data)
+    def events_since(self, kind: str, since: float) -> list[sqlite3.Row]:
+        """Events of ``kind`` (any job) newer than ``since`` (epoch seconds), oldest first."""
+        return self.read("SELECT * FROM events WHERE kind=? AND ts > ? ORDER BY id", (kind, since))

@@ -154,9 +154,7 @@ class MlflowTracker:
         if summary:
             existing = set(self.client.get_run(run_id).data.metrics)
             now_ms = int(time.time() * 1000)
-            metrics = [
-                Metric(k, v, now_ms, 0) for k, v in summary.items() if k not in existing
-            ]
+            metrics = [Metric(k, v, now_ms, 0) for k, v in summary.items() if k not in existing]
             if metrics:
                 self.client.log_batch(run_id, metrics=metrics)
                 logged = [m.key for m in metrics]
@@ -175,7 +173,7 @@ class MlflowTracker:
         import sqlite3
 
         try:
-            conn = sqlite3.connect(f"file:{self.uri[len('sqlite:///'):]}?mode=ro", uri=True)
+            conn = sqlite3.connect(f"file:{self.uri[len('sqlite:///') :]}?mode=ro", uri=True)
             try:
                 return conn.execute(query, args).fetchall()
             finally:
@@ -226,15 +224,27 @@ class MlflowTracker:
             )
         out = {}
         for key in keys:
-            points = self._sql(
-                "SELECT step, value, timestamp FROM metrics WHERE run_uuid = ? AND key = ?",
-                (run_id, key),
-            ) or [
-                (m.step, m.value, m.timestamp) for m in self.client.get_metric_history(run_id, key)
-            ]
-            points.sort(key=lambda p: (p[0], p[2]))
+            points = self.metric_history(run_id, key)
             out[key] = [[float(s), float(v)] for s, v, _ in downsample(points, max_points)]
         return out
+
+    def metric_history(self, run_id: str, key: str) -> list[tuple[int, float, int]]:
+        """Every point of one metric as (step, value, timestamp ms), by step then time."""
+        points = self._sql(
+            "SELECT step, value, timestamp FROM metrics WHERE run_uuid = ? AND key = ?",
+            (run_id, key),
+        ) or [(m.step, m.value, m.timestamp) for m in self.client.get_metric_history(run_id, key)]
+        points.sort(key=lambda p: (p[0], p[2]))
+        return points
+
+    # --- writes that callers would otherwise reach through ``client`` for ------------------------
+
+    def delete_run(self, run_id: str) -> None:
+        self.client.delete_run(run_id)
+
+    def log_inputs(self, run_id: str, datasets: list[Any]) -> None:
+        """Log MLflow ``DatasetInput``s to the run (data lineage)."""
+        self.client.log_inputs(run_id, datasets=datasets)
 
 
 def downsample(

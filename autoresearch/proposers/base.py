@@ -14,7 +14,7 @@ from typing import Any
 
 from autoresearch.journal import Trial
 from autoresearch.space import check_diff, config_key
-from autoresearch.study import Study
+from autoresearch.study_schema import Study
 
 
 @dataclass(frozen=True)

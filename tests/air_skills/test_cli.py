@@ -1,4 +1,5 @@
-"""The `air` CLI as a user runs it: real processes, exit codes, --json shapes."""
+"""The `air` CLI: parsing and output in-process (typer's CliRunner), the whole path through
+real `air` processes (exit codes, streaming, a corrupt home)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
+
+from air_skills.cli.app import app
 
 AIR = shutil.which("air") or str(Path(sys.executable).parent / "air")
 JOBINFO_KEYS = {
@@ -40,6 +45,18 @@ def air(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def run(*args: str, code: int = 0) -> Any:
+    """`air ARGS` in this process; asserts the exit code."""
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == code, result.stderr + result.stdout
+    return result
+
+
+def run_json(command: str, *args: str, code: int = 0) -> Any:
+    """`air COMMAND --json ARGS` (before any `--`), its stdout parsed."""
+    return json.loads(run(command, "--json", *args, code=code).stdout)
+
+
 def test_done_when_gpu_index_in_logs(air_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIR_SIMULATED_GPUS", "2")
     code = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
@@ -59,46 +76,62 @@ def test_done_when_gpu_index_in_logs(air_home: Path, monkeypatch: pytest.MonkeyP
 def test_launch_from_spec_file_with_overrides(air_home: Path, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(
-        "command: [python, -c, \"import json,os;"
+        'command: [python, -c, "import json,os;'
         " print(json.load(open(os.environ['AIR_CONFIG_FILE'])))\"]\n"
         "name: from-file\nconfig: {lr: 0.1, steps: 5}\ntrack: false\n"
     )
-    info = json.loads(air("launch", str(spec), "--set", "lr=0.5", "--json").stdout)
+    info = run_json("launch", str(spec), "--set", "lr=0.5")
     assert info["name"] == "from-file"
-    air("wait", info["job_id"], "--timeout", "60")
-    assert "'lr': 0.5" in air("logs", info["job_id"]).stdout
+    run("wait", info["job_id"], "--timeout", "60")
+    assert "'lr': 0.5" in run("logs", info["job_id"]).stdout
+
+
+def test_launch_keeps_the_command_after_double_dash_whole(air_home: Path, tmp_path: Path) -> None:
+    """What follows `--` is the job's argv, its own options included; before it, ours."""
+    out = run_json("launch", "--dry-run", "--gpus", "1", "--", "python", "x.py", "--lr", "3")
+    assert "['python', 'x.py', '--lr', '3']" in out["message"]
+    out = run_json("launch", "--dry-run", "--", "python", "x.py", "--json", "--", "--gpus", "9")
+    assert "['python', 'x.py', '--json', '--', '--gpus', '9']" in out["message"]
+    spec = tmp_path / "job.yml"
+    spec.write_text("command: [python, from_file.py]\nname: spec\n")
+    out = run_json("launch", str(spec), "--dry-run")
+    assert "from_file.py" in out["message"]
+    out = run_json("launch", str(spec), "--dry-run", "--", "python", "given.py")
+    assert "given.py" in out["message"] and "from_file.py" not in out["message"]
+    bad = run("launch", "train.py", "--", "x", code=2)
+    assert bad.stderr.startswith("[invalid-input] unexpected arguments ['train.py']")
+    assert "Next: put the command after `--`" in bad.stderr
+    assert "no command to run" in run("launch", "--dry-run", "--", code=2).stderr
+    assert run("launch", "--no-such-option", "--", "true", code=2).stderr  # typer's usage error
 
 
 def test_dry_run_launches_nothing(air_home: Path) -> None:
-    out = json.loads(air("launch", "--dry-run", "--json", "--gpus", "2", "--", "true").stdout)
+    out = run_json("launch", "--dry-run", "--gpus", "2", "--", "true")
     assert out["message"].startswith("DRY RUN")
-    assert json.loads(air("ls", "--json").stdout) == []
+    assert run_json("ls") == []
 
 
-def test_bad_input_exit_2_with_code_and_hint(air_home: Path) -> None:
-    proc = air("launch", "--gpus", "9", "--", "true", check=False)
-    assert proc.returncode == 2
-    assert "error[insufficient-gpus]" in proc.stderr and "hint:" in proc.stderr
-    proc = air("status", "job-0000000000", check=False)
-    assert proc.returncode == 2 and "error[not-found]" in proc.stderr
-    proc = air("launch", "--priority", "urgent", "--", "true", check=False)
-    assert proc.returncode == 2 and "priority" in proc.stderr
-    proc = air("launch", "--json", "--gpus", "-1", "--", "true", check=False)
-    assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["code"] == "invalid-spec"
+def test_bad_input_exit_2_with_code_and_next_step(air_home: Path) -> None:
+    result = run("launch", "--gpus", "9", "--", "true", code=2)
+    assert result.stderr.startswith("[insufficient-gpus] ") and "\nNext: " in result.stderr
+    result = run("status", "job-0000000000", code=2)
+    assert result.stderr.startswith("[not-found] ")
+    assert "priority" in run("launch", "--priority", "urgent", "--", "true", code=2).stderr
+    error = run_json("launch", "--gpus", "-1", "--", "true", code=2)["error"]
+    assert error["code"] == "invalid-spec"
+    assert set(error) >= {"code", "message", "hint", "retryable"}
 
 
 def test_cancel_finished_and_all(air_home: Path) -> None:
-    done = json.loads(air("launch", "--json", "--", "true").stdout)["job_id"]
-    air("wait", done, "--timeout", "60")
-    proc = air("cancel", done, check=False)
-    assert proc.returncode == 1 and "already finished" in proc.stderr
-    env_ids = [
-        json.loads(air("launch", "--json", "--gpus", "1", "--", "sleep", "60").stdout)["job_id"]
-        for _ in range(2)
-    ]
-    out = json.loads(air("cancel", "--all", "--json").stdout)
+    done = run_json("launch", "--", "true")["job_id"]
+    run("wait", done, "--timeout", "60")
+    result = run("cancel", done, code=1)
+    assert result.stderr.startswith("[invalid-state] ") and "already finished" in result.stderr
+    env_ids = [run_json("launch", "--gpus", "1", "--", "sleep", "60")["job_id"] for _ in range(2)]
+    out = run_json("cancel", "--all")
     assert {j["job_id"] for j in out} == set(env_ids)
     assert {j["status"] for j in out} == {"CANCELLED"}
+    assert "give job ids or --all" in run("cancel", code=2).stderr
 
 
 def test_logs_follow_streams_until_exit(air_home: Path) -> None:
@@ -114,28 +147,37 @@ def test_logs_follow_streams_until_exit(air_home: Path) -> None:
 
 
 def test_gpus_cordon_uncordon(air_home: Path) -> None:
-    gpus = json.loads(air("gpus", "--json").stdout)
+    gpus = run_json("gpus")
     assert [g["index"] for g in gpus] == [0, 1, 2, 3]
     assert {"index", "name", "memory_mb", "health", "cordoned", "reason", "job_ids"} <= set(gpus[0])
-    air("cordon", "2", "--reason", "flaky fan")
-    gpus = json.loads(air("gpus", "--json").stdout)
+    run("cordon", "2", "--reason", "flaky fan")
+    gpus = run_json("gpus")
     assert gpus[2]["cordoned"] and gpus[2]["reason"] == "flaky fan"
-    air("uncordon", "2")
-    assert not json.loads(air("gpus", "--json").stdout)[2]["cordoned"]
-    assert air("cordon", "7", "--reason", "x", check=False).returncode == 2
+    assert "flaky fan" in run("gpus").stdout
+    run("uncordon", "2")
+    assert not run_json("gpus")[2]["cordoned"]
+    run("cordon", "7", "--reason", "x", code=2)
 
 
 def test_doctor_json(air_home: Path) -> None:
-    report = json.loads(air("doctor", "--json").stdout)
+    report = run_json("doctor")
     names = {c["name"] for c in report["checks"]}
     assert {"gpus", "air_home", "versions"} <= names
 
 
 def test_wait_shows_progress_and_times_out(air_home: Path) -> None:
-    job = json.loads(air("launch", "--json", "--", "sleep", "30").stdout)["job_id"]
-    out = json.loads(air("wait", job, "--timeout", "0.5", "--json").stdout)
+    job = run_json("launch", "--", "sleep", "30")["job_id"]
+    out = run_json("wait", job, "--timeout", "0.5")
     assert out[0]["status"] == "RUNNING"
-    air("cancel", job)
+    run("cancel", job)
+
+
+def test_text_output(air_home: Path) -> None:
+    job = run_json("launch", "--name", "shown", "--", "true")["job_id"]
+    run("wait", job, "--timeout", "60")
+    assert "job" in run("ls").stdout  # a table's header (the runner's 80 columns cut its rows)
+    assert "shown" in run("status", job).stdout
+    assert job in run("wait", job).stdout
 
 
 def test_corrupt_home_is_a_clear_error(tmp_path: Path) -> None:
@@ -145,5 +187,5 @@ def test_corrupt_home_is_a_clear_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         [AIR, "ls"], capture_output=True, text=True, env={**os.environ, "AIR_HOME": str(home)}
     )
-    assert proc.returncode == 1 and "error[store-error]" in proc.stderr
+    assert proc.returncode == 1 and proc.stderr.startswith("[store-error] ")
     assert "corrupt" in proc.stderr

@@ -15,29 +15,27 @@ from typing import Any
 import pynvml
 import pytest
 
-from air_skills.gpu import health
-from air_skills.gpu.health import GpuReading, translate
-from air_skills.gpu.providers import (
-    NoGpuProvider,
-    NvmlGpuProvider,
-    SimulatedGpuProvider,
-    _nvml_provider,
-)
+from air_skills.gpu import catalogue, health, simulated
+from air_skills.gpu.health import translate
+from air_skills.gpu.nvml import NvmlGpuProvider
+from air_skills.gpu.providers import NoGpuProvider, _nvml_provider
+from air_skills.gpu.simulated import SimulatedGpuProvider
+from air_skills.gpu.types import GpuReading
 
 # --- throttle reasons ----------------------------------------------------------------------------
 
 
 def test_throttle_bits_match_pynvml_constants() -> None:
-    assert health.THROTTLE_BITS["GPU_IDLE"] == pynvml.nvmlClocksThrottleReasonGpuIdle
-    assert health.THROTTLE_BITS["SW_POWER_CAP"] == pynvml.nvmlClocksThrottleReasonSwPowerCap
-    assert health.THROTTLE_BITS["HW_SLOWDOWN"] == pynvml.nvmlClocksThrottleReasonHwSlowdown
-    assert health.THROTTLE_BITS["HW_THERMAL"] == pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
+    assert catalogue.THROTTLE_BITS["GPU_IDLE"] == pynvml.nvmlClocksThrottleReasonGpuIdle
+    assert catalogue.THROTTLE_BITS["SW_POWER_CAP"] == pynvml.nvmlClocksThrottleReasonSwPowerCap
+    assert catalogue.THROTTLE_BITS["HW_SLOWDOWN"] == pynvml.nvmlClocksThrottleReasonHwSlowdown
+    assert catalogue.THROTTLE_BITS["HW_THERMAL"] == pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
     assert (
-        health.THROTTLE_BITS["HW_POWER_BRAKE"]
+        catalogue.THROTTLE_BITS["HW_POWER_BRAKE"]
         == pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown
     )
-    assert health.THROTTLE_BITS["SW_THERMAL"] == pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
-    assert health.THROTTLE_BITS["HW_THERMAL"] == pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    assert catalogue.THROTTLE_BITS["SW_THERMAL"] == pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
+    assert catalogue.THROTTLE_BITS["HW_THERMAL"] == pynvml.nvmlClocksEventReasonHwThermalSlowdown
 
 
 @pytest.mark.parametrize(
@@ -91,12 +89,12 @@ def test_throttle_names_keep_unknown_bits() -> None:
 
 @pytest.mark.parametrize("code", [48, 63, 64, 74, 79, 92, 94, 95])
 def test_catalogued_critical_xids(code: int) -> None:
-    assert code in health.CRITICAL_XIDS
+    assert code in catalogue.CRITICAL_XIDS
     (fault,) = health.xid_faults(1, [code])
     assert fault.critical and fault.kind == "xid"
     assert fault.detail.startswith(f"Xid {code}: ")
-    assert health.XID_CATALOGUE[code].meaning in fault.detail
-    assert health.advice(fault) == health.XID_CATALOGUE[code].action
+    assert catalogue.XID_CATALOGUE[code].meaning in fault.detail
+    assert health.advice(fault) == catalogue.XID_CATALOGUE[code].action
 
 
 def test_xid_79_means_off_the_bus() -> None:
@@ -273,14 +271,14 @@ def test_bad_faults_file_is_reported_and_injects_nothing(
     (note,) = faults
     assert note.index == -1 and note.kind == "faults-file" and not note.critical
     assert expect in note.detail and health.FAULTS_ENV in note.detail
-    path, problems, _ = health.faults_file_status()
+    path, problems, _ = simulated.faults_file_status()
     assert path == str(faults_file) and any(expect in p for p in problems)
 
 
 def test_every_problem_is_listed_at_once(faults_file: Path) -> None:
     faults_file.write_text('{"0": [{"kind": "fire"}, {"kind": "xid"}], "x": []}')
-    with pytest.raises(health.FaultsFileError) as info:
-        health.load_faults_file(str(faults_file))
+    with pytest.raises(simulated.FaultsFileError) as info:
+        simulated.load_faults_file(str(faults_file))
     assert len(info.value.problems) == 3
 
 
@@ -292,12 +290,12 @@ def test_missing_faults_file(faults_file: Path) -> None:
 def test_deep_only_kinds_do_not_fault_the_basic_check(faults_file: Path) -> None:
     faults_file.write_text('{"0": [{"kind": "matmul-corrupt"}, {"kind": "hang"}]}')
     assert SimulatedGpuProvider(1).faults([0]) == []
-    assert health.simulated_deep_faults(0) == {"matmul-corrupt", "hang"}
+    assert simulated.simulated_deep_faults(0) == {"matmul-corrupt", "hang"}
 
 
 def test_simulated_reading_summary() -> None:
     (reading,) = SimulatedGpuProvider(1).readings([0])
-    assert reading.temperature_c == health.SIMULATED_BASELINE_C
+    assert reading.temperature_c == simulated.SIMULATED_BASELINE_C
     assert "Xid" in reading.checked and "temp" in reading.checked
 
 

@@ -229,10 +229,10 @@ def test_cli_skills_install(home: Path) -> None:
     assert result.exit_code == 0 and "unchanged" in result.stdout
     result = runner.invoke(app, ["skills", "install", "--target", "nowhere"])
     assert result.exit_code == 2
-    assert "error[unknown-target]" in result.stderr
+    assert result.stderr.startswith("[unknown-target] ")
     (Path.cwd() / "out" / "air-launch" / "SKILL.md").write_text("edited")
     result = runner.invoke(app, ["skills", "install", "--target", "./out"])
-    assert result.exit_code == 1 and "error[skill-modified]" in result.stderr
+    assert result.exit_code == 1 and result.stderr.startswith("[skill-modified] ")
     result = runner.invoke(app, ["skills", "install", "--target", "./out", "--force"])
     assert result.exit_code == 0 and "replaced" in result.stdout
 
@@ -374,11 +374,11 @@ def test_cli_mcp_config(home: Path) -> None:
     result = runner.invoke(app, ["mcp-config", "vscode", "--write"])
     assert result.exit_code == 0 and "unchanged" in result.stderr
     result = runner.invoke(app, ["mcp-config", "zed"])
-    assert result.exit_code == 2 and "error[unknown-client]" in result.stderr
+    assert result.exit_code == 2 and result.stderr.startswith("[unknown-client] ")
     client_config_path("cursor").parent.mkdir(parents=True)
     client_config_path("cursor").write_text("{oops")
     result = runner.invoke(app, ["mcp-config", "cursor", "--write"])
-    assert result.exit_code == 1 and "error[config-unparseable]" in result.stderr
+    assert result.exit_code == 1 and result.stderr.startswith("[config-unparseable] ")
 
 
 def test_the_written_config_starts_the_server(home: Path, tmp_path: Path) -> None:

@@ -26,21 +26,28 @@ def test_public_names_are_locked() -> None:
     }
 
 
-def test_client_methods_of_the_contract() -> None:
-    for method in (
-        "launch",
-        "get",
-        "list",
-        "logs",
-        "metrics",
-        "wait",
-        "cancel",
-        "gpus",
-        "cordon",
-        "uncordon",
-        "compare",
-    ):
-        assert callable(getattr(air_skills.Client, method))
+# DESIGN.md's contract: each Client method with the parameters agents and scripts call by name.
+CONTRACT = {
+    "launch": ["spec", "dry_run"],
+    "get": ["job_id"],
+    "list": ["status", "experiment", "limit", "cursor"],
+    "logs": ["job_id", "tail", "offset"],
+    "metrics": ["job_id", "keys", "history", "max_points"],
+    "wait": ["job_ids", "timeout_s", "any"],
+    "cancel": ["job_id", "reason"],
+    "gpus": [],
+    "cordon": ["index", "reason"],
+    "uncordon": ["index"],
+    "compare": ["job_ids", "metric"],
+}
+
+
+def test_client_methods_take_the_contract_parameters() -> None:
+    import inspect
+
+    for method, params in CONTRACT.items():
+        names = list(inspect.signature(getattr(air_skills.Client, method)).parameters)[1:]
+        assert names[: len(params)] == params, (method, names)
 
 
 def test_supervisor_start_path_imports_no_heavy_modules() -> None:

@@ -377,10 +377,8 @@ def test_the_research_prompt_is_shipped_with_the_skill() -> None:
 
 
 def test_the_xid_reference_matches_the_health_catalogue() -> None:
-    health = pytest.importorskip("air_skills.gpu.health")
-    catalogue = getattr(health, "XID_CATALOGUE", None)
-    if catalogue is None:
-        pytest.skip("air_skills.gpu.health has no XID_CATALOGUE yet")
+    from air_skills.gpu.catalogue import XID_CATALOGUE as catalogue
+
     text = (SKILLS / "air-gpu-health" / "references" / "xid-and-throttle.md").read_text()
     rows = re.findall(r"^\| (\d+) \| [^|]+ \| (yes|no) \|", text, re.M)
     table = {int(code): flag == "yes" for code, flag in rows}

@@ -12,7 +12,8 @@ from air_skills.status import JobStatus
 
 def queued(store: Store) -> str:
     job_id = new_job_id()
-    store.queue(JobSpec(command=["true"], track=False), job_id, "/dev/null", "t")
+    spec = JobSpec(command=["true"], track=False)
+    store.queue(spec.model_dump(mode="json"), job_id, "/dev/null", "t", project="default")
     return job_id
 
 
@@ -27,7 +28,7 @@ def test_terminal_state_is_never_rewritten(tmp_path: Path) -> None:
     assert store.finish(job_id, JobStatus.CANCELLED, message="cancelled")
     assert not store.finish(job_id, JobStatus.SUCCEEDED, message="late")
     with store.tx() as c:
-        assert not store.start(c, job_id, [0], 1, False)
+        assert not store.mark_running(c, job_id, [0], 1, False)
     assert not store.requeue(job_id, message="x", kind="infra")
     row = store.row(job_id)
     assert row["status"] == "CANCELLED" and row["message"] == "cancelled"
@@ -61,7 +62,7 @@ def test_events_record_history(tmp_path: Path) -> None:
     store = Store(tmp_path)
     job_id = queued(store)
     with store.tx() as c:
-        store.start(c, job_id, [1], 1, False)
+        store.mark_running(c, job_id, [1], 1, False)
     store.requeue(job_id, message="fault", kind="infra")
     kinds = [e["kind"] for e in store.events(job_id)]
     assert kinds == ["queued", "started", "requeued-infra"]

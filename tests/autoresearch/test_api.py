@@ -49,6 +49,7 @@ def test_suggest_from_a_study_file(tmp_path: Path) -> None:
 
 
 def test_suggest_from_a_study_folder_uses_its_history(tmp_path: Path, llm_server) -> None:
+    pytest.importorskip("anthropic")  # the [llm] extra
     from autoresearch.study import parse_study
 
     study = parse_study(small_study(proposer={"type": "llm", "base_url": llm_server.anthropic_url}))

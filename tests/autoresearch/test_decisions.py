@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from ar_helpers import small_study
 
+from autoresearch import decisions
 from autoresearch.journal import TrialStatus
 from autoresearch.loop import StudyLoop, trial_command
 from autoresearch.study import parse_study
@@ -124,3 +125,72 @@ def test_python_is_this_interpreter() -> None:
 
     assert trial_command(["python", "train.py"]) == [sys.executable, "train.py"]
     assert trial_command(["/usr/bin/python3.11", "t.py"]) == ["/usr/bin/python3.11", "t.py"]
+
+
+# --- the pure judgements, as tables ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value,best,floor,direction,expected",
+    [
+        (0.9, None, 0.0, "minimize", "keep"),  # the first value is the best there is
+        (0.9, 1.0, 0.0, "minimize", "keep"),
+        (1.0, 1.0, 0.0, "minimize", "discard"),  # a tie is no improvement
+        (1.1, 1.0, 0.0, "minimize", "discard"),
+        (0.9, 1.0, 0.2, "minimize", "discard"),  # inside the noise floor
+        (0.7, 1.0, 0.2, "minimize", "keep"),
+        (1.1, 1.0, 0.0, "maximize", "keep"),
+        (0.9, 1.0, 0.0, "maximize", "discard"),
+        (1.1, 1.0, 0.2, "maximize", "discard"),
+        (1.3, 1.0, 0.2, "maximize", "keep"),
+    ],
+)
+def test_judge(value: float, best: float | None, floor: float, direction: str, expected: str):
+    assert decisions.judge(value, best, floor, direction) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "status,source,floor_known,expected",
+    [
+        ("FAILED", "random", False, "failed"),  # failures need no floor
+        ("PRUNED", "random", False, "pruned"),
+        ("CANCELLED", "noise", False, "cancelled"),
+        ("SUCCEEDED", "random", False, None),  # waits for the floor
+        ("SUCCEEDED", "baseline", True, "baseline"),  # no reference yet: it becomes one
+        ("SUCCEEDED", "random", True, "keep"),
+    ],
+)
+def test_decide_trial(
+    tmp_path: Path, status: str, source: str, floor_known: bool, expected: str | None
+) -> None:
+    loop = make_loop(tmp_path)
+    finish(loop, 1, source, 0.5 if status == "SUCCEEDED" else None, status=status)
+    got = decisions.decide_trial(loop.state.trials[1], loop.study, loop.state, floor_known)
+    assert (got.decision if got else None) == expected
+    if expected in ("keep", "baseline"):
+        assert got is not None and got.best == (1, 0.5)
+
+
+def test_noise_floor_waits_for_every_repeat(tmp_path: Path) -> None:
+    loop = make_loop(tmp_path, noise={"repeats": 2, "sigmas": 2.0})
+    assert decisions.noise_floor_fields(loop.study, loop.state) is None
+    finish(loop, 0, "baseline", 1.0)
+    finish(loop, 1, "noise", 1.2)
+    assert decisions.noise_floor_fields(loop.study, loop.state) is None
+    finish(loop, 2, "noise", None, status="FAILED")
+    fields = decisions.noise_floor_fields(loop.study, loop.state)
+    assert fields is not None and fields["values"] == [1.0, 1.2]
+    assert fields["floor"] == pytest.approx(2 * fields["std"]) and fields["floor"] > 0
+    assert fields["baseline_value"] == pytest.approx(1.1)
+    without = make_loop(tmp_path / "none")
+    finish(without, 0, "baseline", 1.0)
+    assert decisions.noise_floor_fields(without.study, without.state) is None
+
+
+def test_the_baseline_is_judged_first(tmp_path: Path) -> None:
+    loop = make_loop(tmp_path)
+    finish(loop, 0, "baseline", None, status="RUNNING")
+    finish(loop, 1, "random", 0.5)
+    assert decisions.judging_order(loop.state, [1], True) == ([1], False)
+    loop.emit("finished", trial=0, status="SUCCEEDED", value=0.6)
+    assert decisions.judging_order(loop.state, [1, 0], True) == ([0, 1], True)

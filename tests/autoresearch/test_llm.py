@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +20,7 @@ from autoresearch.study import Study, parse_study
 
 
 def llm_study(provider: str, url: str | None, **proposer: Any) -> Study:
+    pytest.importorskip(provider)  # the provider's SDK comes with the [llm] extra
     cfg = {"type": "llm", "provider": provider, "max_retries": 2, **proposer}
     if url:
         cfg["base_url"] = url
@@ -250,3 +256,33 @@ def test_unknown_model_on_a_local_server_costs_nothing(llm_server) -> None:
     result = run(study, n=1)
     call = dict(result.events)["llm_call"]
     assert call["usd"] == 0.0 and call["price_source"] == "local-server"
+
+
+ABSENT_SDK = """
+import json, sys
+sys.modules[{provider!r}] = None  # as if the [llm] extra were not installed: import fails
+from air_skills.errors import AirError
+from autoresearch.loop import StudyLoop
+from autoresearch.study import parse_study
+study = parse_study(json.loads({study!r}))
+try:
+    StudyLoop(study, {folder!r}, client=object()).run()
+except AirError as exc:
+    print(json.dumps({{"code": exc.code, "message": exc.message, "hint": exc.hint}}))
+"""
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_a_study_without_the_sdk_refuses_at_its_start(tmp_path: Path, provider: str) -> None:
+    study = small_study(proposer={"type": "llm", "provider": provider})
+    folder = tmp_path / "study"
+    code = ABSENT_SDK.format(provider=provider, study=json.dumps(study), folder=str(folder))
+    env = {**os.environ, "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    err = json.loads(done.stdout.strip().splitlines()[-1])
+    assert err["code"] == "missing-extra" and provider in err["message"]
+    assert "pip install 'air-skills[llm]'" in err["hint"]
+    assert not (folder / "journal.jsonl").exists()  # refused before anything was written

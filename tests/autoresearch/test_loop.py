@@ -133,6 +133,7 @@ def test_wall_time_budget_stops_and_cancels(study_home: Path, tmp_path: Path) ->
 
 
 def test_llm_budget_stops_the_loop(study_home: Path, tmp_path: Path, llm_server: Any) -> None:
+    pytest.importorskip("anthropic")  # the [llm] extra
     study = parse_study(
         small_study(
             name="llm",
@@ -291,8 +292,9 @@ def test_start_and_stop_study_in_the_background(study_home: Path, tmp_path: Path
     assert started["state"] == "running" and started["pid"]
     wait_until(lambda: len(events(folder, "job_started")) >= 2, timeout_s=60)
     assert get_study(folder)["trials"]["running"] == 2
-    stopped = stop_study(folder)
+    stopped = stop_study(folder, reason="enough for today")
     assert stopped["state"] == "finished" and stopped["stop_reason"] == "stop-request"
+    assert stopped["stop_detail"] == "enough for today"  # the reason reaches get_study
     st = replay(events(folder))
     assert {t.status for t in st.ordered()} == {TrialStatus.CANCELLED}
     assert all(Client().get(t.job_id).status.is_terminal() for t in st.ordered())

@@ -149,6 +149,7 @@ class TestTpeProposer(ProposerContract):
 class TestLlmAnthropicProposer(ProposerContract):
     @pytest.fixture
     def proposer(self, llm_server: Any) -> Any:
+        pytest.importorskip("anthropic")  # the [llm] extra
         llm_server.responder = schema_following
 
         def make(study: Study) -> Proposer:
@@ -165,6 +166,7 @@ class TestLlmAnthropicProposer(ProposerContract):
 class TestLlmOpenAIProposer(ProposerContract):
     @pytest.fixture
     def proposer(self, llm_server: Any) -> Any:
+        pytest.importorskip("openai")  # the [llm] extra
         llm_server.responder = schema_following
 
         def make(study: Study) -> Proposer:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from ar_helpers import small_study
 
+from autoresearch.decisions import noise_stats
 from autoresearch.early_stopping import median_rule
-from autoresearch.journal import Journal, TrialStatus, noise_stats, replay
+from autoresearch.journal import Journal, TrialStatus, replay
 from autoresearch.pricing import price_for
 from autoresearch.space import check_diff, config_key
 from autoresearch.study import parse_study
@@ -66,16 +67,18 @@ def test_duplicates_name_what_they_repeat(study) -> None:
 def test_median_rule() -> None:
     good = [[[0, 1.0], [1, 0.5], [2, 0.3]], [[0, 1.1], [1, 0.6], [2, 0.4]]]
     bad = [[0, 2.0], [1, 1.9]]
-    v = median_rule(bad, good, minimize=True, min_steps=1, min_trials=2)
+    v = median_rule(bad, good, direction="minimize", min_steps=1, min_trials=2)
     assert v.prune and v.step == 1 and v.median == pytest.approx(0.55)
     assert "worse than the median" in v.reason
     ok = [[0, 0.9], [1, 0.45]]
-    assert not median_rule(ok, good, minimize=True, min_steps=1, min_trials=2).prune
+    assert not median_rule(ok, good, direction="minimize", min_steps=1, min_trials=2).prune
     # too early, or too few peers at that step
-    assert not median_rule(bad, good, minimize=True, min_steps=2, min_trials=2).prune
-    assert not median_rule(bad, good[:1], minimize=True, min_steps=0, min_trials=2).prune
+    assert not median_rule(bad, good, direction="minimize", min_steps=2, min_trials=2).prune
+    assert not median_rule(bad, good[:1], direction="minimize", min_steps=0, min_trials=2).prune
     # maximize flips it
-    assert median_rule([[0, 0.1], [1, 0.2]], good, minimize=False, min_steps=0, min_trials=2).prune
+    assert median_rule(
+        [[0, 0.1], [1, 0.2]], good, direction="maximize", min_steps=0, min_trials=2
+    ).prune
 
 
 def test_journal_survives_a_cut_line(tmp_path: Path) -> None:

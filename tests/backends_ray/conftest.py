@@ -66,7 +66,7 @@ def ray_head() -> Iterator[Any]:
     from ray._raylet import Config
 
     Config.initialize("")  # read RAY_AUTH_MODE now, whatever ran before in this process
-    from air_skills.backends.ray import LocalRayHead
+    from air_skills.testing.ray_head import LocalRayHead
 
     head = LocalRayHead(
         num_gpus=4,

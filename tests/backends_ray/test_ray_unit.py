@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-import air_skills.backends.ray.backend as rb
+from air_skills.backends.ray import packaging, refs
+from air_skills.backends.ray.backend import RayBackend
+from air_skills.backends.ray.settings import configure
 from air_skills.errors import BackendUnavailable, InvalidInput
+from air_skills.testing.ray_head import free_port
 
 
 def test_entrypoint_runs_the_argv_without_a_shell(tmp_path: Path) -> None:
@@ -26,7 +29,7 @@ def test_entrypoint_runs_the_argv_without_a_shell(tmp_path: Path) -> None:
         "AIR_CONFIG_JSON": json.dumps({"lr": 0.1, "note": "100% $HOME 'quoted'"}),
     }
     out = subprocess.run(
-        ["/bin/sh", "-c", rb.RayBackend.entrypoint(argv)],
+        ["/bin/sh", "-c", RayBackend.entrypoint(argv)],
         cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert json.loads(out.stdout) == argv[3:]
@@ -37,31 +40,31 @@ def test_entrypoint_runs_the_argv_without_a_shell(tmp_path: Path) -> None:
 
 
 def test_submission_ids() -> None:
-    assert rb.submission_id("job-0123456789", None) == "air-job-0123456789"
-    assert rb.submission_id("job-0123456789", None, 3) == "air-job-0123456789-a3"
-    assert rb.submission_id("job-0123456789", "sweep-1.trial_2") == "air-key-sweep-1.trial_2"
-    odd = rb.submission_id("job-0123456789", "a/b c?")
+    assert refs.submission_id("job-0123456789", None) == "air-job-0123456789"
+    assert refs.submission_id("job-0123456789", None, 3) == "air-job-0123456789-a3"
+    assert refs.submission_id("job-0123456789", "sweep-1.trial_2") == "air-key-sweep-1.trial_2"
+    odd = refs.submission_id("job-0123456789", "a/b c?")
     assert odd.startswith("air-key-") and len(odd) == len("air-key-") + 32
-    assert rb.split_ref("air-x@http://h:8265") == ("air-x", "http://h:8265")
-    assert rb.split_ref(None) == (None, None)
+    assert refs.split_ref("air-x@http://h:8265") == ("air-x", "http://h:8265")
+    assert refs.split_ref(None) == (None, None)
 
 
 def test_working_dir_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
-    monkeypatch.setattr(rb, "WORKING_DIR_LIMIT_BYTES", 1024 * 1024)
+    monkeypatch.setattr(packaging, "WORKING_DIR_LIMIT_BYTES", 1024 * 1024)
     (tmp_path / "train.py").write_text("print('hi')\n")
-    assert rb.working_dir_problem(str(tmp_path)) is None
+    assert packaging.working_dir_problem(str(tmp_path)) is None
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "w.bin").write_bytes(os.urandom(2 * 1024 * 1024))
-    problem = rb.working_dir_problem(str(tmp_path))
+    problem = packaging.working_dir_problem(str(tmp_path))
     assert problem is not None
     assert "over Ray's 1.0 MiB limit" in problem and "ckpt (2.0 MiB)" in problem
     (tmp_path / ".rayignore").write_text("ckpt/\n")
-    assert rb.working_dir_problem(str(tmp_path)) is None
+    assert packaging.working_dir_problem(str(tmp_path)) is None
     (tmp_path / ".rayignore").unlink()
     (tmp_path / ".venv").mkdir()  # Ray leaves .venv, .git and __pycache__ out by default
     (tmp_path / "ckpt" / "w.bin").rename(tmp_path / ".venv" / "w.bin")
-    assert rb.working_dir_problem(str(tmp_path)) is None
+    assert packaging.working_dir_problem(str(tmp_path)) is None
 
 
 def test_ray_not_installed_names_the_extra(
@@ -81,13 +84,13 @@ def test_default_backend_and_address_from_air_home(
     pytest.importorskip("ray.job_submission")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("RAY_API_SERVER_ADDRESS", raising=False)
-    dead = f"http://127.0.0.1:{rb._free_port()}"
-    settings = rb.configure(client, backend="ray", address=dead)
+    dead = f"http://127.0.0.1:{free_port()}"
+    settings = configure(client.store, backend="ray", address=dead)
     assert settings["backend"] == "ray" and settings["ray_address"] == dead
     with pytest.raises(BackendUnavailable) as err:  # no backend named: AIR_HOME's default
         client.launch({"command": ["true"], "workdir": str(tmp_path)})
     assert dead in err.value.message and err.value.retryable
-    other = f"http://127.0.0.1:{rb._free_port()}"
+    other = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("RAY_ADDRESS", other)  # the environment wins over the setting
     with pytest.raises(BackendUnavailable) as err:
         client.launch({"command": ["true"], "workdir": str(tmp_path)})
@@ -95,9 +98,9 @@ def test_default_backend_and_address_from_air_home(
     local = client.launch({"command": ["true"], "workdir": str(tmp_path), "backend": "local"})
     assert local.backend == "local"
     assert client.wait([local.job_id], timeout_s=60)[0].status.value == "SUCCEEDED"
-    assert rb.configure(client, backend="", address="")["backend"] is None
+    assert configure(client.store, backend="", address="")["backend"] is None
     with pytest.raises(InvalidInput) as bad:
-        rb.configure(client, backend="slurm", job_root="relative/path")
+        configure(client.store, backend="slurm", job_root="relative/path")
     assert "slurm" in bad.value.message and "absolute" in bad.value.message
 
 
@@ -113,4 +116,4 @@ def test_config_command(air_home: Path) -> None:
     bad = subprocess.run(
         [*argv, "--backend", "slurm"], env=env, capture_output=True, text=True, timeout=60
     )
-    assert bad.returncode == 2 and "error[invalid-input]" in bad.stderr
+    assert bad.returncode == 2 and "[invalid-input]" in bad.stderr

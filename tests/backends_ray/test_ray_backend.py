@@ -177,9 +177,9 @@ def test_refuses_more_gpus_than_the_cluster(ray_client: Any, workdir: Path) -> N
 def test_workdir_over_rays_limit_is_refused(
     ray_client: Any, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import air_skills.backends.ray.backend as rb
+    from air_skills.backends.ray import packaging
 
-    monkeypatch.setattr(rb, "WORKING_DIR_LIMIT_BYTES", 1024 * 1024)
+    monkeypatch.setattr(packaging, "WORKING_DIR_LIMIT_BYTES", 1024 * 1024)
     (workdir / "weights.bin").write_bytes(os.urandom(2 * 1024 * 1024))
     with pytest.raises(InvalidSpec) as err:
         ray_client.launch({"command": ["true"], "workdir": str(workdir), "backend": "ray"})
@@ -222,13 +222,13 @@ def test_a_ray_job_deleted_behind_our_back(ray_client: Any, workdir: Path, tmp_p
 def test_unreachable_cluster_is_retryable_and_fails_nothing(
     ray_client: Any, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from air_skills.backends.ray import _free_port
+    from air_skills.testing.ray_head import free_port
 
     info = hold(ray_client, workdir, tmp_path / "release")
     wait_until(lambda: status_of(ray_client, info.job_id) == JobStatus.RUNNING, timeout_s=120)
     real_ref = ray_client.store.row(info.job_id)["backend_ref"]
     sid = real_ref.split("@")[0]
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     # The cluster this job lives on goes away (nothing listens there now).
     assert ray_client.store.set_backend_ref(info.job_id, f"{sid}@{dead}", expected=real_ref)
     monkeypatch.delenv("RAY_ADDRESS")

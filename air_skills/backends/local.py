@@ -1,0 +1,145 @@
+"""The local backend: jobs on this machine's GPUs, each run by its own supervisor process."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from datetime import UTC, datetime
+
+from air_skills.backends.base import already_finished
+from air_skills.backends.info import row_to_info
+from air_skills.errors import InsufficientGpus, NotFound
+from air_skills.gpu.providers import provider
+from air_skills.home import write_launch_env
+from air_skills.models import JobInfo, JobSpec, JobStatus
+from air_skills.runtime import passes
+from air_skills.runtime.prepare import (
+    LaunchContext,
+    discard_prepared,
+    find_by_idempotency_key,
+    job_name,
+    prepare_job,
+)
+
+
+class LocalBackend:
+    """Queue jobs in the store; scheduling passes start them under supervisors."""
+
+    def __init__(self, runtime: LaunchContext) -> None:
+        self.runtime = runtime
+
+    def launch(self, spec: JobSpec, dry_run: bool = False) -> JobInfo:
+        """Queue the job and run a scheduling pass: it starts now if its GPUs are free."""
+        store = self.runtime.store
+        self._check_gpus(spec)
+        if dry_run:
+            return self._dry_run_info(spec)
+        existing = find_by_idempotency_key(store, spec.idempotency_key)
+        if existing is not None:
+            return row_to_info(existing)
+        job = prepare_job(
+            self.runtime,
+            name=job_name(spec.name, spec.command),
+            config=spec.config,
+            data=spec.data,
+            track=spec.track,
+            experiment=spec.experiment,
+            tags=dict(spec.tags),
+        )
+        write_launch_env(job.jdir)  # whichever process starts the job, it gets this environment
+        gpus = passes.schedulable_gpus(store)
+        with store.tx() as c:  # queued and scheduled at once: one transaction
+            got, created = store.queue(
+                spec.model_dump(mode="json"),
+                job.job_id,
+                str(job.log_path),
+                job.name,
+                job.run_id,
+                job.experiment_id,
+                tracking_note=job.tracking_note,
+                c=c,
+                project=spec.resolved_project(),
+            )
+            decided = passes.run_pass(store, c, gpus, new_job=job.job_id) if created else None
+        if decided is None:  # a concurrent caller with the same idempotency key won
+            discard_prepared(self.runtime, job)
+            return self._info(got)
+        passes.act_on_pass(store, decided)
+        return self._info(job.job_id)
+
+    def cancel(self, record: sqlite3.Row, reason: str, wait_s: float) -> JobInfo:
+        """A queued job ends at once; a running one is stopped by its supervisor (SIGTERM,
+        then SIGKILL after the grace period), waited for up to ``wait_s``."""
+        store = self.runtime.store
+        job_id = record["job_id"]
+        with store.tx() as c:
+            current = store.row_in(c, job_id)
+            assert current is not None  # records are never deleted
+            status = JobStatus(current["status"])
+            if status.is_terminal():
+                raise already_finished(job_id, status.value)
+            if status == JobStatus.QUEUED:
+                store.finish(job_id, JobStatus.CANCELLED, message=f"CANCELLED: {reason}", c=c)
+            else:
+                store.request_stop(c, job_id, "cancel", reason)
+        if status == JobStatus.RUNNING:
+            passes.signal_stop(current)
+            self._wait_ended(job_id, wait_s)
+        return self._info(job_id)
+
+    def reconcile(self) -> int:
+        """Settle RUNNING records whose supervisor is gone (requeue or fail them)."""
+        return passes.reconcile(self.runtime.store)
+
+    def logs(self, record: sqlite3.Row) -> None:
+        """Nothing to do: the supervisor writes the job's log file as the job runs."""
+
+    def _info(self, job_id: str) -> JobInfo:
+        self.reconcile()
+        row = self.runtime.store.row(job_id)
+        if row is None:  # records are never deleted; this is a broken AIR_HOME
+            raise NotFound(f"no job {job_id!r}", hint="list jobs with `air ls`", job_id=job_id)
+        return row_to_info(row)
+
+    def _wait_ended(self, job_id: str, wait_s: float) -> None:
+        """Poll until the job is terminal or ``wait_s`` has passed (the supervisor ends it)."""
+        deadline = time.monotonic() + wait_s
+        delay = 0.02
+        while True:
+            self.reconcile()
+            row = self.runtime.store.row(job_id)
+            if row is None or JobStatus(row["status"]).is_terminal():
+                return
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 0.5)
+
+    def _check_gpus(self, spec: JobSpec) -> None:
+        total = len(provider().devices())
+        if spec.gpus > total:
+            raise InsufficientGpus(
+                f"the job asks for {spec.gpus} GPUs but this machine has {total}"
+                f" ({provider().note})",
+                hint=f"ask for at most {total} GPUs, or use backend 'ray' for a cluster",
+                requested=spec.gpus,
+                available=total,
+            )
+
+    def _dry_run_info(self, spec: JobSpec) -> JobInfo:
+        free = len(passes.schedulable_gpus(self.runtime.store))
+        return JobInfo(
+            job_id="dry-run",
+            name=job_name(spec.name, spec.command),
+            status=JobStatus.QUEUED,
+            message=(
+                f"DRY RUN: would run {spec.command!r} in {spec.workdir} with {spec.gpus} GPU(s)"
+                f" ({free} schedulable), priority {spec.priority}, project {spec.project};"
+                " nothing was launched"
+            ),
+            priority=spec.priority,
+            created_at=datetime.now(UTC),
+            backend=spec.backend,
+            project=spec.project or "default",
+            data=[f"{d.name}@{(d.digest or '?')[:12]}" for d in spec.data],
+        )

@@ -1,0 +1,138 @@
+"""Submitting one attempt of a job to Ray: its environment, the submit call, its message."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from typing import Any
+
+from air_skills.backends.ray.cluster import ClusterView, num
+from air_skills.backends.ray.packaging import entrypoint
+from air_skills.backends.ray.sdk import call, short
+from air_skills.backends.ray.settle import finish
+from air_skills.errors import BackendUnavailable
+from air_skills.models import JobSpec
+from air_skills.runtime.launch_env import thread_caps
+from air_skills.runtime.prepare import LaunchContext
+from air_skills.status import JobStatus
+
+# The job folder on a cluster that is not this machine (config, checkpoints, data links).
+DEFAULT_REMOTE_JOB_ROOT = "/tmp/air-skills/jobs"
+
+
+def job_env(
+    rt: LaunchContext, row: sqlite3.Row, spec: JobSpec, cluster: ClusterView | None, attempt: int
+) -> tuple[dict[str, str], str]:
+    """The variables a job receives (as a local job does), and its folder on the node."""
+    job_id = row["job_id"]
+    chosen = rt.job_dir(job_id) / "ray-folder"  # the same folder every attempt
+    if chosen.exists():
+        folder = chosen.read_text().strip()
+    else:
+        local = cluster.on_this_host if cluster is not None and cluster.known else False
+        if local:
+            folder = str(rt.job_dir(job_id))
+        else:
+            root = rt.store.setting("ray_job_root") or DEFAULT_REMOTE_JOB_ROOT
+            folder = f"{root.rstrip('/')}/{job_id}"
+        chosen.write_text(folder)
+    cpus = spec.cpus or 1
+    env = thread_caps(cpus)
+    env.update(
+        {
+            "AIR_JOB_ID": job_id,
+            "AIR_CONFIG_FILE": f"{folder}/config.json",
+            "AIR_CHECKPOINT_DIR": f"{folder}/checkpoints",
+            "AIR_DATA_DIR": f"{folder}/data",
+            "AIR_ATTEMPT": str(attempt),
+            "AIR_CONFIG_JSON": json.dumps(spec.config),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if row["run_id"]:
+        from air_skills.tracking.mlflow import tracking_uri
+
+        env["MLFLOW_TRACKING_URI"] = tracking_uri(rt.home)
+        env["MLFLOW_RUN_ID"] = row["run_id"]
+        env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
+    env.update(spec.env)
+    return env, folder
+
+
+def submit(
+    rt: LaunchContext,
+    ray: Any,
+    row: sqlite3.Row,
+    spec: JobSpec,
+    sid: str,
+    cluster: ClusterView | None,
+    runtime_env: dict[str, Any],
+    note: str = "",
+) -> None:
+    """Submit one attempt (the caller holds the job's lock and has recorded ``sid``)."""
+    job_id = row["job_id"]
+    attempt = row["attempts"] + 1
+    env, _ = job_env(rt, row, spec, cluster, attempt)
+    cpus = spec.cpus or 1
+    dashboard = ray.get_address()
+    try:
+        call(
+            ray,
+            "submit_job",
+            entrypoint=entrypoint(spec.command),
+            submission_id=sid,
+            runtime_env={**runtime_env, "env_vars": env},
+            entrypoint_num_gpus=spec.gpus or None,
+            entrypoint_num_cpus=cpus,
+            metadata={"air_job_id": job_id, "air_name": row["name"][:100]},
+        )
+    except BackendUnavailable as exc:
+        # The request may or may not have reached Ray: the record stays QUEUED and the
+        # next reconcile adopts the Ray job, or settles the record if Ray never got it.
+        rt.store.set_message(
+            job_id,
+            f"QUEUED: submission to Ray at {dashboard} unconfirmed ({exc.message});"
+            " settled on the next call that reaches Ray",
+        )
+        exc.context["job_id"] = job_id
+        raise
+    except Exception as exc:
+        if "already exists" in str(exc):
+            rt.store.event(job_id, "ray-accepted", f"adopted the Ray job {sid}")
+            rt.store.set_message(
+                job_id,
+                f"QUEUED on Ray: adopted the existing Ray job {sid} (same idempotency key)",
+            )
+            return
+        finish(
+            rt,
+            row,
+            JobStatus.FAILED,
+            f"FAILED (infra): Ray refused the submission: {short(exc)}. Next: fix what it"
+            " names, then relaunch",
+            failure_kind="infra",
+        )
+        return
+    rt.store.event(job_id, "ray-accepted", f"Ray accepted submission {sid}")
+    current = rt.store.row(job_id)
+    if current is not None and JobStatus(current["status"]).is_terminal():
+        # Cancelled while we were submitting: make Ray agree.
+        with contextlib.suppress(Exception):
+            ray.stop_job(sid)
+        return
+    rt.store.set_message(job_id, queued_message(spec, sid, cluster) + note)
+
+
+def queued_message(spec: JobSpec, sid: str, cluster: ClusterView | None) -> str:
+    text = f"QUEUED on Ray as {sid}"
+    if spec.gpus and cluster is not None and cluster.known:
+        free = cluster.free("GPU")
+        free_text = f", {num(free)} free" if free is not None else ""
+        text += (
+            f": waiting for {spec.gpus} GPU(s) (cluster: {num(cluster.total('GPU'))} GPUs"
+            f"{free_text}); Ray starts it when they are free"
+        )
+    else:
+        text += ": waiting for Ray to start it"
+    return text

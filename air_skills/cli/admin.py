@@ -1,0 +1,102 @@
+"""`air` admin commands: quota set/ls/rm, skills install, mcp-config."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from air_skills.cli.output import JsonOpt, client, emit_json, err, handle_errors, out
+
+quota_app = typer.Typer(help="Per-project GPU quotas.", no_args_is_help=True)
+skills_app = typer.Typer(
+    help="Agent skills (SKILL.md) for Claude, Cursor, Codex.", no_args_is_help=True
+)
+
+
+@quota_app.command("set")
+@handle_errors
+def quota_set(
+    project: str = typer.Argument(...),
+    gpus_: int = typer.Option(..., "--gpus"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Give PROJECT a GPU quota (it may borrow idle GPUs beyond it)."""
+    from air_skills.quotas import set_quota
+
+    result = set_quota(client(), project, gpus_)
+    if as_json:
+        emit_json(result)
+    else:
+        out.print(f"project {project}: quota {gpus_} GPUs")
+        if result.get("warning"):
+            err.print(f"[yellow]warning[/]: {result['warning']}")
+
+
+@quota_app.command("ls")
+@handle_errors
+def quota_ls(as_json: bool = JsonOpt) -> None:
+    """Quotas and who uses what."""
+    from air_skills.quotas import list_quotas, shared_gpus
+
+    c = client()
+    rows = list_quotas(c)
+    if as_json:
+        emit_json(rows)
+        return
+    t = Table()
+    for col in ("project", "quota", "in use", "borrowing", "queued"):
+        t.add_column(col)
+    for r in rows:
+        quota = "-" if r["quota"] is None else str(r["quota"])
+        t.add_row(r["project"], quota, str(r["in_use"]), str(r["borrowing"]), str(r["queued"]))
+    out.print(t)
+    out.print(f"projects without a quota (-) share {shared_gpus(c)} GPUs", highlight=False)
+
+
+@quota_app.command("rm")
+@handle_errors
+def quota_rm(project: str = typer.Argument(...), as_json: bool = JsonOpt) -> None:
+    """Drop PROJECT's quota: its jobs then share what the other quotas leave."""
+    from air_skills.quotas import remove_quota
+
+    result = remove_quota(client(), project)
+    emit_json(result) if as_json else out.print(f"project {project}: quota removed")
+
+
+@skills_app.command("install")
+@handle_errors
+def skills_install(
+    target: str = typer.Option("claude", "--target", help="claude | cursor | codex | DIR"),
+    project: bool = typer.Option(False, "--project", help="into this project, not the user's"),
+    force: bool = typer.Option(False, "--force", help="overwrite locally changed files"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Copy the AIR agent skills where an agent finds them."""
+    from air_skills.integrations.skills import install_skills
+
+    written = install_skills(target, project=project, force=force)
+    if as_json:
+        emit_json(written)
+    else:
+        for item in written["files"]:
+            out.print(f"{item['action']:>9}  {item['path']}", highlight=False, markup=False)
+        err.print(f"skills: {', '.join(written['skills'])} in {written['dir']}", markup=False)
+
+
+@handle_errors
+def mcp_config(
+    client_name: str = typer.Argument("claude", help="claude | claude-code | cursor | vscode"),
+    write: bool = typer.Option(False, "--write", help="merge into the client's config file"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Print (or --write) the MCP config entry that runs air-mcp for a client."""
+    from air_skills.integrations.skills import mcp_config as make_config
+
+    result = make_config(client_name, write=write)
+    if as_json:
+        emit_json(result)
+    else:
+        out.print(result["text"], highlight=False, markup=False)
+        if write:
+            backup = result.get("backup") or "none"
+            err.print(f"{result['action']}: {result['path']} (backup: {backup})", markup=False)

@@ -1,0 +1,374 @@
+"""`air` job commands: launch, ls, status, logs, metrics, compare, wait, cancel, ui."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+from typer.core import TyperCommand
+
+from air_skills.cli.output import (
+    STATUS_STYLE,
+    JsonOpt,
+    client,
+    emit_json,
+    err,
+    handle_errors,
+    info_line,
+    out,
+    print_info,
+    sparkline,
+    wait_progress,
+)
+from air_skills.errors import InvalidInput, InvalidSpec
+
+# --- launch ------------------------------------------------------------------------------------
+
+
+class LaunchCommand(TyperCommand):
+    """`air launch`: everything after the first `--` is the job's command, kept whole (its own
+    options included) in ``ctx.args``; only what comes before it is parsed as ours."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        before, command = list(args), []
+        if "--" in args:
+            cut = args.index("--")
+            before, command = list(args[:cut]), list(args[cut + 1 :])
+        super().parse_args(ctx, before)
+        ctx.args = command
+        return command
+
+
+def _parse_value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _spec_from_args(
+    spec_file: Optional[Path], command: list[str], options: dict[str, Any]
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if spec_file is not None:
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(spec_file.read_text())
+        except OSError as exc:
+            raise InvalidInput(
+                f"cannot read {spec_file}: {exc.strerror}", hint="give a readable YAML file"
+            ) from None
+        except yaml.YAMLError as exc:
+            raise InvalidSpec(
+                f"{spec_file} is not valid YAML: {exc}", hint="fix the YAML"
+            ) from None
+        if not isinstance(loaded, dict):
+            raise InvalidSpec(f"{spec_file} must hold a mapping of JobSpec fields", hint="")
+        spec.update(loaded)
+    if command:
+        spec["command"] = command
+    for key, value in options.items():
+        if value not in (None, [], {}):
+            spec[key] = value
+    if "command" not in spec:
+        raise InvalidSpec(
+            "no command to run",
+            hint="give it after `--` (air launch -- python train.py) or in the spec file",
+        )
+    return spec
+
+
+def _split_sets(sets: list[str], what: str) -> dict[str, Any]:
+    pairs: dict[str, Any] = {}
+    problems = []
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            problems.append(f"{what} {item!r} is not KEY=VALUE")
+            continue
+        pairs[key.strip()] = value
+    if problems:
+        raise InvalidSpec("bad options:", problems=problems, hint=f"write {what} KEY=VALUE")
+    return pairs
+
+
+@handle_errors
+def launch(
+    ctx: typer.Context,
+    args: Optional[list[str]] = typer.Argument(None, help="[SPEC.yaml] [-- COMMAND ARGS...]"),
+    name: Optional[str] = typer.Option(None, "--name"),
+    gpus: Optional[int] = typer.Option(None, "--gpus"),
+    priority: Optional[str] = typer.Option(None, "--priority", help="low | normal | high"),
+    experiment: Optional[str] = typer.Option(None, "--experiment"),
+    set_: list[str] = typer.Option([], "--set", help="config override KEY=VALUE (YAML value)"),
+    timeout_min: Optional[float] = typer.Option(None, "--timeout-min"),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries"),
+    idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="local | ray"),
+    project: Optional[str] = typer.Option(None, "--project"),
+    data: list[str] = typer.Option([], "--data", help="data input NAME=PATH"),
+    preemptible: Optional[bool] = typer.Option(None, "--preemptible/--not-preemptible"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate and show; launch nothing"),
+    watch: bool = typer.Option(False, "--watch", help="follow the log until the job ends"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Launch a job: `air launch --gpus 1 -- python train.py --lr 3e-4`."""
+    before = list(args or [])
+    command = list(ctx.args)  # what followed `--` (LaunchCommand)
+    spec_file: Optional[Path] = None
+    if before:
+        if len(before) > 1 or not before[0].endswith((".yaml", ".yml", ".json")):
+            raise InvalidInput(
+                f"unexpected arguments {before!r}",
+                hint="put the command after `--`: air launch [SPEC.yaml] -- COMMAND ARGS",
+            )
+        spec_file = Path(before[0])
+    config = {k: _parse_value(v) for k, v in _split_sets(set_, "--set").items()}
+    options: dict[str, Any] = {
+        "name": name,
+        "gpus": gpus,
+        "priority": priority,
+        "experiment": experiment,
+        "timeout_min": timeout_min,
+        "max_retries": max_retries,
+        "idempotency_key": idempotency_key,
+        "backend": backend,
+        "project": project,
+        "preemptible": preemptible,
+        "data": [{"name": k, "path": v} for k, v in _split_sets(data, "--data").items()],
+    }
+    spec = _spec_from_args(spec_file, command, options)
+    if config:
+        spec["config"] = {**(spec.get("config") or {}), **config}
+    c = client()
+    info = c.launch(spec, dry_run=dry_run)
+    if as_json:
+        emit_json(info)
+    else:
+        out.print(info_line(info), highlight=False)
+    if watch and not dry_run:
+        _follow(c, info.job_id, as_json)
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+@handle_errors
+def ls(
+    status: Optional[str] = typer.Option(None, "--status"),
+    experiment: Optional[str] = typer.Option(None, "--experiment"),
+    project: Optional[str] = typer.Option(None, "--project"),
+    limit: int = typer.Option(50, "--limit"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """List jobs, newest first."""
+    page = client().list(status=status, experiment=experiment, limit=limit, project=project)
+    if as_json:
+        emit_json(page.items)
+        return
+    t = Table(title=None)
+    for col in ("job", "name", "status", "gpus", "project", "attempts", "created", "message"):
+        t.add_column(col, overflow="fold" if col == "message" else "ellipsis")
+    for i in page.items:
+        t.add_row(
+            i.job_id,
+            i.name[:24],
+            f"[{STATUS_STYLE.get(i.status.value, '')}]{i.status.value}[/]",
+            ",".join(map(str, i.gpus)) or "-",
+            i.project + (" (borrowing)" if i.borrowing else ""),
+            str(i.attempts),
+            i.created_at.strftime("%m-%d %H:%M:%S"),
+            i.message[:80],
+        )
+    out.print(t)
+    if page.next_cursor:
+        out.print(f"[dim]more: raise --limit (showing {len(page.items)})[/]")
+
+
+@handle_errors
+def status(job: str = typer.Argument(...), as_json: bool = JsonOpt) -> None:
+    """Show one job."""
+    info = client().get(job)
+    if as_json:
+        emit_json(info)
+    else:
+        print_info(info)
+
+
+@handle_errors
+def logs(
+    job: str = typer.Argument(...),
+    tail: int = typer.Option(100, "--tail"),
+    follow: bool = typer.Option(False, "--follow", "-f"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Print a job's output (stdout and stderr)."""
+    c = client()
+    chunk = c.logs(job, tail=tail)
+    if as_json and not follow:
+        emit_json(chunk)
+        return
+    sys.stdout.write(chunk.text)
+    sys.stdout.flush()
+    if follow:
+        _follow(c, job, as_json, offset=chunk.next_offset)
+
+
+def _follow(c: Any, job_id: str, as_json: bool, offset: int = 0) -> None:
+    delay = 0.05
+    while True:
+        chunk = c.logs(job_id, tail=None, offset=offset)
+        if chunk.text:
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+            delay = 0.05
+        offset = chunk.next_offset
+        if chunk.truncated:
+            continue
+        info = c.get(job_id)
+        if info.status.is_terminal():
+            tail = c.logs(job_id, tail=None, offset=offset)
+            sys.stdout.write(tail.text)
+            if as_json:
+                emit_json(info)
+            else:
+                err.print(info_line(info), highlight=False)
+            return
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+@handle_errors
+def metrics(
+    job: str = typer.Argument(...),
+    history: list[str] = typer.Option([], "--history", help="metric key(s) to show over steps"),
+    max_points: int = typer.Option(200, "--max-points"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Latest MLflow metrics of a job; --history KEY for their curve."""
+    m = client().metrics(job, keys=history or None, history=bool(history), max_points=max_points)
+    if as_json:
+        emit_json(m)
+        return
+    t = Table(title=f"{job}  run {m.run_id}")
+    t.add_column("metric")
+    t.add_column("latest", justify="right")
+    for k, v in sorted(m.latest.items()):
+        t.add_row(k, f"{v:.6g}")
+    out.print(t)
+    for key, points in m.history.items():
+        out.print(f"[bold]{key}[/] ({len(points)} points)")
+        out.print(sparkline([p[1] for p in points]) + f"  {points[0][1]:.4g} → {points[-1][1]:.4g}")
+
+
+@handle_errors
+def compare(
+    jobs: list[str] = typer.Argument(...),
+    metric: Optional[str] = typer.Option(None, "--metric"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Compare jobs: config diff against the first, latest and best of a metric."""
+    table = client().compare(jobs, metric)
+    if as_json:
+        emit_json(table)
+        return
+    t = Table()
+    for col in ("job", "status", "diff vs first", "latest", "best", "step"):
+        t.add_column(col)
+    for row in table:
+        latest = row.get("latest")
+        t.add_row(
+            row["job_id"],
+            row["status"],
+            json.dumps(row["diff"]) if row["diff"] else "-",
+            f"{latest:.6g}" if isinstance(latest, float) else str(latest or "-"),
+            f"{row['best']:.6g}" if "best" in row else "-",
+            str(row.get("step", "-")),
+        )
+    out.print(t)
+
+
+@handle_errors
+def wait(
+    jobs: list[str] = typer.Argument(...),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="seconds"),
+    all_: bool = typer.Option(False, "--all", help="wait for all (default: any)"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Wait until any (or --all) of the jobs end."""
+    c = client()
+    if as_json or not sys.stderr.isatty():
+        infos = c.wait(jobs, timeout_s=timeout, any=not all_)
+    else:
+        with wait_progress(len(jobs)) as progress:
+            infos = c.wait(jobs, timeout_s=timeout, any=not all_, on_progress=progress)
+    if as_json:
+        emit_json(infos)
+    else:
+        for i in infos:
+            out.print(info_line(i), highlight=False)
+
+
+@handle_errors
+def cancel(
+    jobs: Optional[list[str]] = typer.Argument(None),
+    all_: bool = typer.Option(False, "--all", help="cancel every queued and running job"),
+    reason: Optional[str] = typer.Option(None, "--reason"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Cancel jobs (SIGTERM, then SIGKILL after a grace period)."""
+    c = client()
+    if all_ == bool(jobs):
+        raise InvalidInput("give job ids or --all (not both)", hint="air cancel JOB... | --all")
+    if all_:
+        infos = c.cancel_all(reason)
+    else:
+        infos = [c.cancel(j, reason) for j in jobs or []]
+    if as_json:
+        emit_json(infos[0] if len(infos) == 1 and not all_ else infos)
+    else:
+        for i in infos:
+            out.print(info_line(i), highlight=False)
+
+
+@handle_errors
+def ui(
+    port: int = typer.Option(5000, "--port"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Serve the MLflow UI on the default store, on 127.0.0.1."""
+    import subprocess
+
+    from air_skills.tracking.mlflow import tracking_uri
+
+    uri = tracking_uri(client().home)
+    url = f"http://127.0.0.1:{port}"
+    if as_json:
+        emit_json({"url": url, "tracking_uri": uri})
+    else:
+        out.print(f"MLflow UI for {uri} at [bold]{url}[/] (Ctrl-C to stop)")
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    argv = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+    raise typer.Exit(subprocess.call(argv, env=env))

@@ -1,0 +1,123 @@
+"""What the `air` commands print: JSON for agents, rich text for people, errors, progress."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from air_skills import settings
+from air_skills.errors import AirError, render_json, render_text
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+JsonOpt = typer.Option(False, "--json", help="print JSON for agents and scripts")
+
+STATUS_STYLE = {
+    "QUEUED": "yellow",
+    "RUNNING": "cyan",
+    "SUCCEEDED": "green",
+    "FAILED": "red",
+    "CANCELLED": "magenta",
+    "TIMED_OUT": "red",
+}
+
+
+def client() -> Any:
+    """The Client, imported late: `air --help` and parsing errors stay fast."""
+    from air_skills.client import Client
+
+    return Client()
+
+
+def _dump(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, list):
+        return [_dump(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _dump(v) for k, v in obj.items()}
+    return obj
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(_dump(obj), indent=1, default=str) + "\n")
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Check the AIR_* settings, then run the command; an AirError prints through the one
+    renderer (``[code] message`` + ``Next: hint`` on stderr, or JSON on stdout) and exits
+    with its exit code (2 for bad input, else 1)."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            settings.check_all()
+            return fn(*args, **kwargs)
+        except AirError as exc:
+            if kwargs.get("as_json"):
+                sys.stdout.write(render_json(exc) + "\n")
+            else:
+                # Plain text (no markup): messages hold paths and brackets.
+                err.print(render_text(exc), highlight=False, markup=False)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def info_line(info: Any) -> str:
+    style = STATUS_STYLE.get(info.status.value, "")
+    gpus = ",".join(map(str, info.gpus)) or "-"
+    return f"{info.job_id}  [{style}]{info.status.value}[/]  gpus={gpus}  {info.message}"
+
+
+def print_info(info: Any) -> None:
+    t = Table(show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column()
+    data = info.model_dump(mode="json")
+    data["status"] = f"[{STATUS_STYLE.get(info.status.value, '')}]{info.status.value}[/]"
+    for key, value in data.items():
+        if value in (None, [], ""):
+            continue
+        t.add_row(key, str(value))
+    out.print(t)
+
+
+def sparkline(values: list[float]) -> str:
+    bars = "▁▂▃▄▅▆▇█"
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    step = max(1, len(values) // 60)
+    vals = values[::step]
+    if hi == lo:
+        return bars[0] * len(vals)
+    return "".join(bars[int((v - lo) / (hi - lo) * (len(bars) - 1))] for v in vals)
+
+
+@contextmanager
+def wait_progress(total: int) -> Iterator[Callable[[list[Any]], None]]:
+    """A progress bar on stderr for `air wait`; yields the callback that updates it."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]waiting"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} done"),
+        TimeElapsedColumn(),
+        console=err,
+    ) as bar:
+        task = bar.add_task("wait", total=total)
+
+        def progress(infos: list[Any]) -> None:
+            bar.update(task, completed=sum(i.status.is_terminal() for i in infos))
+
+        yield progress

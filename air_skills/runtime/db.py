@@ -1,0 +1,117 @@
+"""One SQLite connection to AIR_HOME's database: WAL mode, write transactions, busy waits."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from air_skills.errors import StoreError
+from air_skills.home import ensure_home
+from air_skills.runtime.schema import SCHEMA_VERSION, migrate
+
+_T = TypeVar("_T")
+BUSY_TIMEOUT_S = 60.0  # how long a reader or a writer waits for the database before failing
+
+
+class Database:
+    """The connection and its transaction style; the Store's named changes build on it."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = ensure_home(home)
+        self.path = self.home / "air.db"
+        try:
+            self.conn = sqlite3.connect(
+                self.path, timeout=60, isolation_level=None, check_same_thread=False
+            )
+            self.conn.row_factory = sqlite3.Row
+            self.conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            if mode != "wal":
+                raise sqlite3.OperationalError(f"journal mode is {mode}, not wal")
+            if self.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                with self.tx() as c:
+                    migrate(c)
+            # From here on, waits for the database are ours (_begin_immediate, read): short.
+            self.conn.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.DatabaseError as exc:
+            raise self._wrap(exc) from None
+
+    def _wrap(self, exc: sqlite3.Error) -> StoreError:
+        text = str(exc)
+        if "readonly" in text or "read-only" in text:
+            hint = "AIR_HOME is read-only: set AIR_HOME to a writable folder"
+        elif "not a database" in text or "malformed" in text:
+            hint = f"the state database {self.path} is corrupt: move it aside and retry"
+        elif "locked" in text:
+            return StoreError(
+                f"state database busy: {text}", hint="retry", retryable=True, path=str(self.path)
+            )
+        else:
+            hint = "check that AIR_HOME is a local, writable folder"
+        return StoreError(f"state database {self.path}: {text}", hint=hint, path=str(self.path))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One BEGIN IMMEDIATE transaction, waiting for the write lock as long as it takes."""
+        try:
+            self._begin_immediate()
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise self._wrap(exc) from None
+
+    @contextmanager
+    def _maybe_tx(self, c: sqlite3.Connection | None) -> Iterator[sqlite3.Connection]:
+        """The caller's transaction ``c``, or a new one."""
+        if c is not None:
+            yield c
+        else:
+            with self.tx() as cx:
+                yield cx
+
+    def _begin_immediate(self) -> None:
+        """BEGIN IMMEDIATE, waiting for the write lock (see _busy_retry)."""
+        self._busy_retry(lambda: self.conn.execute("BEGIN IMMEDIATE"))
+
+    def _busy_retry(self, attempt: Callable[[], _T]) -> _T:
+        """``attempt()``, tried again every 50 µs to 1 ms while the database is busy.
+
+        The connection's busy timeout is 0 and this is its wait: SQLite's own busy handler
+        sleeps 1, 2, 5, 10 ms... between tries, while a transaction here holds the lock for a
+        fraction of a millisecond, so with many processes writing (a supervisor per job) the
+        lock would sit idle while everyone sleeps. Gives up after BUSY_TIMEOUT_S.
+        """
+        deadline: float | None = None
+        delay = 50e-6
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if "locked" not in text and "busy" not in text:
+                    raise
+                now = time.monotonic()
+                deadline = deadline or now + BUSY_TIMEOUT_S
+                if now > deadline:
+                    raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 1e-3)
+
+    def read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        try:
+            return self._busy_retry(lambda: self.conn.execute(sql, args).fetchall())
+        except sqlite3.DatabaseError as exc:
+            raise self._wrap(exc) from None

@@ -1,0 +1,1 @@
+"""Test fixtures that ship with the package (a local Ray head)."""

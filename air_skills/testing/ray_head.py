@@ -1,0 +1,158 @@
+"""A throwaway single-node Ray head on this machine, for tests, benchmarks and demos."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalRayHead:
+    """A single-node Ray head with fake GPUs, its dashboard on 127.0.0.1, on free ports.
+
+    Runs ``ray start --head --block`` in its own session with a private temp dir; ``stop``
+    signals exactly the processes it started (``ray stop`` would stop every Ray on the box).
+    """
+
+    def __init__(
+        self,
+        num_gpus: int = 4,
+        num_cpus: int = 2,
+        env: dict[str, str] | None = None,
+        object_store_mb: int = 128,
+    ) -> None:
+        self.num_gpus = num_gpus
+        self.num_cpus = num_cpus
+        self.extra_env = env or {}
+        self.object_store_mb = object_store_mb
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.temp_dir: str | None = None
+        self.address = ""
+
+    def start(self, timeout_s: float = 120.0) -> str:
+        """Start the head and wait until its Jobs API answers; returns the dashboard URL."""
+        self.temp_dir = tempfile.mkdtemp(prefix="airray-", dir="/tmp")  # short: socket paths
+        dash = free_port()
+        bindir = os.path.dirname(sys.executable)
+        ray_bin = os.path.join(bindir, "ray")
+        if not os.path.exists(ray_bin):
+            ray_bin = "ray"
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIR_", "MLFLOW_", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"))
+        }
+        env.update(
+            {
+                "PATH": bindir + os.pathsep + env.get("PATH", ""),
+                "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+                **self.extra_env,
+            }
+        )
+        argv = [
+            ray_bin, "start", "--head", "--block", "--disable-usage-stats",
+            "--node-ip-address", "127.0.0.1",
+            "--num-gpus", str(self.num_gpus), "--num-cpus", str(self.num_cpus),
+            "--port", str(free_port()),
+            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
+            "--ray-client-server-port", str(free_port()),
+            "--dashboard-agent-listen-port", str(free_port()),
+            "--object-store-memory", str(self.object_store_mb * 2**20),
+            "--temp-dir", self.temp_dir,
+        ]  # fmt: skip
+        out = open(Path(self.temp_dir) / "head.out", "wb")
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        out.close()
+        self.address = f"http://127.0.0.1:{dash}"
+        deadline = time.monotonic() + timeout_s
+        delay = 0.2
+        while not self._ready():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = (Path(self.temp_dir) / "head.out").read_text(errors="replace")[-3000:]
+                self.stop()
+                raise RuntimeError(f"the Ray head did not come up:\n{tail}")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+        return self.address
+
+    def _ready(self) -> bool:
+        import urllib.request
+
+        token = self.extra_env.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+        def get(path: str) -> Any:
+            req = urllib.request.Request(self.address + path, headers=headers)
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return json.loads(r.read())
+
+        try:
+            get("/api/jobs/")
+            nodes = get("/api/v0/nodes?detail=1")["data"]["result"]["result"]
+            return any(
+                n.get("state") == "ALIVE"
+                and n.get("resources_total", {}).get("GPU", 0) >= self.num_gpus
+                for n in nodes
+            )
+        except Exception:
+            return False
+
+    def stop(self) -> None:
+        """SIGTERM the head (it stops its own processes), then SIGKILL what is left of them."""
+        proc = self.proc
+        if proc is None:
+            return
+        self.proc = None
+        try:
+            import psutil
+
+            tree = psutil.Process(proc.pid).children(recursive=True)
+        except Exception:
+            tree = []
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if tree:
+            import psutil
+
+            _, alive = psutil.wait_procs(tree, timeout=5)
+            for p in alive:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            psutil.wait_procs(alive, timeout=5)
+        if self.temp_dir:
+            import shutil
+
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalRayHead:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,35 @@
+"""The MCP tools' logic as plain functions that know nothing of MCP (``server`` registers them).
+
+Each takes an ``air_skills.Client`` first; the rest of its signature is the tool's schema.
+"""
+
+from mcp_server.tools.jobs import (
+    WaitAborted,
+    cancel_job,
+    compare_jobs,
+    get_job,
+    get_metrics,
+    launch_job,
+    list_gpus,
+    list_jobs,
+    wait_for_jobs,
+)
+from mcp_server.tools.logs import get_logs
+from mcp_server.tools.studies import get_study, start_study, stop_study, suggest_trials
+
+__all__ = [
+    "WaitAborted",
+    "cancel_job",
+    "compare_jobs",
+    "get_job",
+    "get_logs",
+    "get_metrics",
+    "launch_job",
+    "list_gpus",
+    "list_jobs",
+    "start_study",
+    "get_study",
+    "stop_study",
+    "suggest_trials",
+    "wait_for_jobs",
+]

@@ -1,0 +1,113 @@
+"""The study tools as plain functions over ``autoresearch.api``: no MCP in here.
+
+``autoresearch`` is imported at call time, so the job tools work without it. Each function
+takes the client first (as every tool does) and returns a ``StudyReply``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from air_skills.client import Client
+from air_skills.errors import AirError, InvalidInput
+from mcp_server.schemas import StudyReply
+
+StudyDir = Annotated[
+    str,
+    Field(max_length=4096, description="the study folder (study_dir, as start_study gave it)"),
+]
+log = logging.getLogger("air_mcp")
+
+
+def _study_api() -> Any:
+    """``autoresearch.api``, imported at call time: the job tools work without it."""
+    try:
+        from autoresearch import api
+    except ImportError as exc:
+        raise AirError(
+            f"the autoresearch API is not available ({exc})",
+            code="unavailable",
+            hint="install air-skills with its autoresearch package, or use the job tools",
+        ) from None
+    return api
+
+
+def _study_reply(result: Any) -> StudyReply:
+    return StudyReply.model_validate(json.loads(json.dumps(result, default=str)))
+
+
+def start_study(
+    client: Client,
+    study_file: Annotated[
+        str | None,
+        Field(max_length=4096, description="path of a study YAML file (or of a study folder)"),
+    ] = None,
+    study: Annotated[
+        dict[str, Any] | None,
+        Field(description="the study inline, with the keys of a study file (instead of a file)"),
+    ] = None,
+    study_dir: Annotated[
+        str | None,
+        Field(max_length=4096, description="folder for its journal (default: studies/<name>)"),
+    ] = None,
+    resume: Annotated[bool, Field(description="continue a study that was stopped")] = False,
+) -> StudyReply:
+    """Start an autoresearch study in the background: trials run concurrently within its budgets.
+
+    Give a study file or the study inline. Returns its state (study_dir, budget, best so far);
+    follow it with get_study, stop it with stop_study.
+    """
+    if (study_file is None) == (study is None):
+        raise InvalidInput(
+            "give exactly one of study_file and study",
+            hint="pass study_file='studies/x.yaml' or study={name:..., command:..., ...}",
+        )
+    source = study_file if study_file is not None else study
+    return _study_reply(_study_api().start_study(source, study_dir, resume=resume))
+
+
+def get_study(client: Client, study: StudyDir) -> StudyReply:
+    """Where a study stands, compactly: state, best trial so far, trials running, budget left."""
+    return _study_reply(_study_api().get_study(study))
+
+
+def suggest_trials(
+    client: Client,
+    study: Annotated[
+        str,
+        Field(
+            max_length=4096,
+            description="a study folder (its whole history is used) or a study file",
+        ),
+    ],
+    n: Annotated[int, Field(ge=1, le=32, description="how many trials to propose")] = 1,
+) -> StudyReply:
+    """The study's proposer's next n config diffs, without running them.
+
+    For an agent that wants to decide itself: launch the ones it likes with launch_job. With
+    an LLM proposer this spends from the study's llm_usd budget.
+    """
+    return _study_reply(_study_api().suggest_trials(study, n=n))
+
+
+def stop_study(
+    client: Client,
+    study: StudyDir,
+    reason: Annotated[str | None, Field(max_length=500, description="why, for the record")] = None,
+    cancel_running: Annotated[
+        bool, Field(description="also cancel the study's running trials")
+    ] = True,
+) -> StudyReply:
+    """Stop a running study (and its running trials); the journal is kept: it can be resumed."""
+    stop = _study_api().stop_study
+    kwargs: dict[str, Any] = {"cancel_running": cancel_running}
+    if reason and "reason" in inspect.signature(stop).parameters:
+        kwargs["reason"] = reason
+    elif reason:  # this autoresearch version journals no reason: the server's log keeps it
+        log.info("stop_study %s: %s", study, reason)
+    return _study_reply(stop(study, **kwargs))
