@@ -135,7 +135,7 @@ class Client:
         if project is not None:
             from air_skills.quotas import check_project
 
-            check_project(self, project)  # a typo lists the known projects, not an empty page
+            check_project(self.store, project)  # a typo lists the known projects, not an empty page
         if cursor and not cursor.isdigit():
             raise InvalidInput(f"bad cursor {cursor!r}", hint="pass next_cursor as given")
         if not 1 <= limit <= 1000:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from air_skills import settings
 from air_skills.errors import InvalidSpec, pydantic_problems
 from air_skills.status import JobStatus
+from air_skills.vocabulary import NAME_PATTERN
 
 MAX_GPUS_PER_JOB = 1024
 Priority = Literal["low", "normal", "high"]
@@ -38,7 +39,7 @@ class _Strict(BaseModel):
 class DataInput(_Strict):
     """One data input: exposed to the job as $AIR_DATA_DIR/<name>."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    name: str = Field(pattern=NAME_PATTERN)
     path: str = Field(min_length=1)
     digest: str | None = Field(
         default=None,
@@ -65,7 +66,7 @@ class JobSpec(_Strict):
     tags: dict[str, str] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
     backend: Backend = "local"
-    project: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    project: str | None = Field(default=None, pattern=NAME_PATTERN)
     data: list[DataInput] = Field(default_factory=list)
     track: bool = Field(default=True, description="create an MLflow run for the job")
     deep_preflight: bool = Field(default=False, description="torch matmul/alloc check first")

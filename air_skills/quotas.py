@@ -4,28 +4,30 @@ A project with a quota is guaranteed that many GPUs; beyond it, its jobs borrow 
 and are the first preempted when another project reclaims its own quota. Projects without a
 quota share what the quotas leave of the pool. Quotas may add up to more than the pool (a
 warning, not an error): borrowing and reclaim sort it out. See ``air_skills.runtime.scheduler``.
+Functions over the store: the caller settles the jobs first (``Client.reconcile``) where the
+answer depends on which jobs still run.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
 from air_skills.errors import InvalidInput, NotFound
+from air_skills.gpu.providers import provider
+from air_skills.runtime import passes
+from air_skills.vocabulary import NAME_RE
 
 if TYPE_CHECKING:
-    from air_skills.client import Client
+    from air_skills.runtime.store import Store
 
-PROJECT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # as JobSpec.project
 MAX_QUOTA_GPUS = 1_000_000
 
 
-def known_projects(client: Client) -> list[str]:
+def known_projects(store: Store) -> list[str]:
     """Projects with a quota or with jobs, and ``default``."""
-    rows = client.store.read("SELECT DISTINCT project FROM jobs")
-    return sorted({"default", *client.store.quotas(), *(r["project"] for r in rows)})
+    return sorted({"default", *store.quotas(), *store.job_projects()})
 
 
 def _near(name: str, known: list[str]) -> str | None:
@@ -35,9 +37,9 @@ def _near(name: str, known: list[str]) -> str | None:
     return lowered[hit[0]] if hit else None
 
 
-def check_project(client: Client, project: str) -> str:
+def check_project(store: Store, project: str) -> str:
     """``project`` if known; else NotFound that lists the known projects (and a near match)."""
-    known = known_projects(client)
+    known = known_projects(store)
     if project in known:
         return project
     near = _near(project, known)
@@ -50,19 +52,17 @@ def check_project(client: Client, project: str) -> str:
     )
 
 
-def _pool_size(client: Client) -> int:
-    from air_skills.gpu.providers import provider
-
+def _pool_size() -> int:
     return len(provider().devices())
 
 
-def set_quota(client: Client, project: str, gpus: int) -> dict[str, Any]:
+def set_quota(store: Store, project: str, gpus: int) -> dict[str, Any]:
     """Give ``project`` a quota of ``gpus`` GPUs (0: it only ever borrows); a new name creates
     the project. Returns the project, its quota and the previous one, with a ``warning`` when
     the quotas add up to more than the pool or the name looks like a typo of a known project.
     A scheduling pass follows at once: a raised quota may reclaim GPUs now."""
     problems = []
-    if not isinstance(project, str) or not PROJECT_RE.match(project):
+    if not isinstance(project, str) or not NAME_RE.match(project):
         problems.append(
             f"project {project!r}: 1-64 letters, digits, '_', '.', '-' (a letter or digit first)"
         )
@@ -74,12 +74,12 @@ def set_quota(client: Client, project: str, gpus: int) -> dict[str, Any]:
             hint="air quota set PROJECT --gpus N",
             problems=problems,
         )
-    known = known_projects(client)
-    quotas = client.store.quotas()
+    known = known_projects(store)
+    quotas = store.quotas()
     previous = quotas.get(project)
-    client.store.set_quota(project, gpus)
+    store.set_quota(project, gpus)
     quotas[project] = gpus
-    pool = _pool_size(client)
+    pool = _pool_size()
     warnings = []
     total = sum(quotas.values())
     if total > pool:
@@ -91,9 +91,7 @@ def set_quota(client: Client, project: str, gpus: int) -> dict[str, Any]:
         near = _near(project, known)
         if near:
             warnings.append(f"{project!r} is a new project; did you mean {near!r}?")
-    from air_skills.runtime import passes as local
-
-    local.schedule_pass(client.store)
+    passes.schedule_pass(store)
     result: dict[str, Any] = {
         "project": project,
         "quota": gpus,
@@ -106,11 +104,11 @@ def set_quota(client: Client, project: str, gpus: int) -> dict[str, Any]:
     return result
 
 
-def remove_quota(client: Client, project: str) -> dict[str, Any]:
+def remove_quota(store: Store, project: str) -> dict[str, Any]:
     """Drop ``project``'s quota: its jobs then share what the quotas leave of the pool."""
-    quotas = client.store.quotas()
+    quotas = store.quotas()
     if project not in quotas:
-        check_project(client, project)  # unknown: NotFound listing the known projects
+        check_project(store, project)  # unknown: NotFound listing the known projects
         raise NotFound(
             f"project {project!r} has no quota; projects with one:"
             f" {', '.join(sorted(quotas)) or 'none'}",
@@ -118,25 +116,22 @@ def remove_quota(client: Client, project: str) -> dict[str, Any]:
             valid_keys=sorted(quotas),
             project=project,
         )
-    with client.store.tx() as c:
-        c.execute("DELETE FROM quotas WHERE project=?", (project,))
-    from air_skills.runtime import passes as local
-
-    local.schedule_pass(client.store)
+    store.remove_quota(project)
+    passes.schedule_pass(store)
     return {"project": project, "quota": None, "previous": quotas[project]}
 
 
-def list_quotas(client: Client) -> list[dict[str, Any]]:
+def list_quotas(store: Store) -> list[dict[str, Any]]:
     """One row per project with a quota or with live jobs: ``project``, ``quota`` (None: it
     shares what the quotas leave), ``in_use`` (GPUs its running jobs hold), ``borrowing`` (how
-    many of those are beyond its quota), ``queued`` (jobs waiting) and ``queued_gpus``."""
-    client.reconcile()
-    quotas = client.store.quotas()
+    many of those are beyond its quota), ``queued`` (jobs waiting) and ``queued_gpus``. Settle
+    the jobs first (``Client.reconcile``): the counts are read as the store has them."""
+    quotas = store.quotas()
     rows: dict[str, dict[str, Any]] = {
         p: {"project": p, "quota": q, "in_use": 0, "borrowing": 0, "queued": 0, "queued_gpus": 0}
         for p, q in quotas.items()
     }
-    live = client.store.rows("WHERE status IN ('QUEUED','RUNNING')")
+    live = store.live_rows()
     for r in live:
         row = rows.setdefault(
             r["project"],
@@ -160,6 +155,6 @@ def list_quotas(client: Client) -> list[dict[str, Any]]:
     return sorted(rows.values(), key=lambda r: (r["quota"] is None, r["project"]))
 
 
-def shared_gpus(client: Client) -> int:
+def shared_gpus(store: Store) -> int:
     """GPUs that the projects without a quota share: the pool less every quota."""
-    return max(0, _pool_size(client) - sum(client.store.quotas().values()))
+    return max(0, _pool_size() - sum(store.quotas().values()))

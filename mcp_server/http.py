@@ -1,8 +1,9 @@
 """The streamable HTTP transport of ``air-mcp``: the SDK's app on uvicorn, behind a guard.
 
-``HttpGuard`` checks Host (421), Origin (403), bearer token (401) and size (413): a plain ASGI
-middleware in front of the SDK's app. It never logs or echoes a header value, so the token
-cannot leak through a log line or a reply.
+``HttpGuard`` checks Host (421), Origin (403), bearer token (401), the loopback peer's uid (403)
+and size (413): a plain ASGI middleware in front of the SDK's app. It never logs or echoes a
+header value, so the token cannot leak through a log line or a reply. Sessions are capped in
+number and expire when idle (the SDK's manager enforces both: 503 beyond the cap, 404 after).
 """
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_server.auth import peer_uid, uid_allowed
+
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 DEFAULT_MAX_BODY_BYTES = 1_000_000
+# An idle session costs ~37 KB; an agent keeps one or two open. The SDK's defaults (10,000
+# sessions, 30 minutes idle) let a local caller grow the server by hundreds of MB.
+DEFAULT_MAX_SESSIONS = 64
+DEFAULT_SESSION_IDLE_S = 300.0
 
 
 def is_loopback(host: str) -> bool:
@@ -56,7 +63,7 @@ class HttpGuard:
         app: ASGIApp,
         *,
         port: int,
-        token: str | None,
+        token: str,
         bind_host: str = "127.0.0.1",
         allowed_hosts: Iterable[str] = (),
         allowed_origins: Iterable[str] = (),
@@ -64,7 +71,9 @@ class HttpGuard:
     ) -> None:
         self.app = app
         self.port = port
-        self._token = token.encode() if token else None
+        if not token:
+            raise ValueError("HttpGuard needs a token: HTTP is never served without one")
+        self._token = token.encode()
         names = {"127.0.0.1", "localhost", "::1"}
         if not is_loopback(bind_host) and bind_host not in ("0.0.0.0", "::"):
             names.add(bind_host.strip("[]").lower())
@@ -88,8 +97,6 @@ class HttpGuard:
         return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
 
     def token_ok(self, value: str | None) -> bool:
-        if self._token is None:
-            return True
         if not value:
             return False
         scheme, _, given = value.partition(" ")
@@ -118,15 +125,28 @@ class HttpGuard:
             await _refuse(
                 send,
                 401,
-                "missing or wrong bearer token: send Authorization: Bearer $AIR_MCP_TOKEN",
+                "missing or wrong bearer token: send Authorization: Bearer TOKEN (AIR_MCP_TOKEN,"
+                " or the server's AIR_HOME/mcp-token; `air mcp-config` writes it for you)",
                 [(b"www-authenticate", challenge.encode())],
             )
+            return
+        uid = _loopback_peer_uid(scope)
+        if not uid_allowed(uid):
+            await _refuse(send, 403, f"connection from another local user (uid {uid}) refused")
             return
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             await _refuse(send, 413, f"request body larger than {self.max_body_bytes} bytes")
             return
         await self.app(scope, receive, send)
+
+
+def _loopback_peer_uid(scope: Scope) -> int | None:
+    """The uid of a loopback caller (None when not loopback or not known)."""
+    client, server = scope.get("client"), scope.get("server")
+    if not client or not server or not is_loopback(client[0]) or server[1] is None:
+        return None
+    return peer_uid((client[0], client[1]), (server[0], server[1]))
 
 
 async def _refuse(
@@ -147,14 +167,20 @@ def serve_http(
     *,
     host: str,
     port: int,
-    token: str | None,
+    token: str,
+    token_source: str,
     allowed_hosts: list[str],
     allowed_origins: list[str],
     max_body_bytes: int,
     log_level: str,
     say: Callable[[str], None],
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    session_idle_s: float = DEFAULT_SESSION_IDLE_S,
 ) -> None:
-    """Serve ``server`` at http://host:port/mcp until interrupted; ``say`` announces the URL."""
+    """Serve ``server`` at http://host:port/mcp until interrupted; ``say`` announces the URL.
+
+    ``token_source`` says where the token is (never the token itself: it must not reach a log).
+    """
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
@@ -189,6 +215,8 @@ def serve_http(
         max_request_body_size=max_body_bytes,
         transport_security=security,
         host=host,
+        max_sessions=max_sessions,
+        session_idle_timeout=session_idle_s,
     )
     guarded = HttpGuard(
         app,
@@ -199,7 +227,7 @@ def serve_http(
         allowed_origins=allowed_origins,
         max_body_bytes=max_body_bytes,
     )
-    auth = "bearer token required" if token else "no AIR_MCP_TOKEN set: no authentication"
+    auth = f"bearer token required: {token_source}"
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     say(f"listening on http://{shown}:{port}/mcp ({auth})")
     config = uvicorn.Config(guarded, log_level=log_level.lower(), access_log=False, lifespan="on")

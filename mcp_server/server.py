@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,12 +21,19 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import ValidationError
 
-from air_skills import __version__
+from air_skills import __version__, settings
 from air_skills.client import Client
 from air_skills.errors import AirError, NotFound
 from mcp_server import tools
 from mcp_server.adapter import error_result, plain_tool, wait_tool
-from mcp_server.http import DEFAULT_MAX_BODY_BYTES, is_loopback, serve_http
+from mcp_server.auth import load_or_create_token, read_token
+from mcp_server.http import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_IDLE_S,
+    is_loopback,
+    serve_http,
+)
 from mcp_server.render import clean_output, reply_json
 from mcp_server.stdio import serve_stdio
 from mcp_server.wording import bad_arguments, error_text
@@ -189,8 +196,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="air-mcp",
         description="MCP server for AIR Skills: launch, watch and cancel ML jobs from an agent.",
-        epilog="HTTP clients send Authorization: Bearer $AIR_MCP_TOKEN. Without AIR_MCP_TOKEN"
-        " the server only listens on loopback. State is in AIR_HOME, as for `air`.",
+        epilog="HTTP clients send Authorization: Bearer TOKEN: AIR_MCP_TOKEN, or else the one"
+        " generated in AIR_HOME/mcp-token (owner-only); without AIR_MCP_TOKEN the server only"
+        " listens on loopback. State is in AIR_HOME, as for `air`.",
     )
     p.add_argument(
         "--transport",
@@ -220,8 +228,27 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_BODY_BYTES,
         help="HTTP: largest request body accepted",
     )
+    p.add_argument(
+        "--max-sessions",
+        type=_positive_int,
+        default=DEFAULT_MAX_SESSIONS,
+        help="HTTP: most sessions open at once (beyond it, a new client gets 503)",
+    )
+    p.add_argument(
+        "--session-idle-s",
+        type=float,
+        default=DEFAULT_SESSION_IDLE_S,
+        help="HTTP: a session idle this long is closed (its client initializes again)",
+    )
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def _say(message: str) -> None:
@@ -229,10 +256,28 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
+def _http_token(given: str | None, home: Path) -> tuple[str, str]:
+    """(token, where it is): AIR_MCP_TOKEN, else the owner-only file in AIR_HOME (made once).
+
+    HTTP is never served without a token: loopback is open to every local user.
+    """
+    if given:
+        return given, "from AIR_MCP_TOKEN"
+    try:
+        path = load_or_create_token(home)
+        return read_token(path), f"token in {path} (owner-only; air mcp-config passes it on)"
+    except OSError as exc:
+        raise AirError(
+            f"cannot create the token file in {home}: {exc.strerror or exc}",
+            code="token-unavailable",
+            hint="set AIR_MCP_TOKEN, or make AIR_HOME writable",
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(name)s: %(message)s")
-    token = os.environ.get("AIR_MCP_TOKEN") or None
+    token = settings.get("AIR_MCP_TOKEN")
     if args.transport == "http" and not is_loopback(args.host) and not token:
         _say(
             f"refusing to listen on {args.host} without a token: set AIR_MCP_TOKEN"
@@ -240,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        server = build_server()
+        client = Client()
+        server = build_server(client)
+        if args.transport == "http":
+            token, token_source = _http_token(token, client.home)
     except AirError as exc:
         _say(error_text(exc).replace("\n", " "))
         return 1
@@ -253,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                 host=args.host,
                 port=args.port,
                 token=token,
+                token_source=token_source,
+                max_sessions=args.max_sessions,
+                session_idle_s=args.session_idle_s,
                 allowed_hosts=args.allow_host,
                 allowed_origins=args.allow_origin,
                 max_body_bytes=args.max_body_bytes,

@@ -23,7 +23,7 @@ def quota_set(
     """Give PROJECT a GPU quota (it may borrow idle GPUs beyond it)."""
     from air_skills.quotas import set_quota
 
-    result = set_quota(client(), project, gpus_)
+    result = set_quota(client().store, project, gpus_)
     if as_json:
         emit_json(result)
     else:
@@ -39,7 +39,8 @@ def quota_ls(as_json: bool = JsonOpt) -> None:
     from air_skills.quotas import list_quotas, shared_gpus
 
     c = client()
-    rows = list_quotas(c)
+    c.reconcile()  # counts as the settled jobs have them
+    rows = list_quotas(c.store)
     if as_json:
         emit_json(rows)
         return
@@ -50,7 +51,7 @@ def quota_ls(as_json: bool = JsonOpt) -> None:
         quota = "-" if r["quota"] is None else str(r["quota"])
         t.add_row(r["project"], quota, str(r["in_use"]), str(r["borrowing"]), str(r["queued"]))
     out.print(t)
-    out.print(f"projects without a quota (-) share {shared_gpus(c)} GPUs", highlight=False)
+    out.print(f"projects without a quota (-) share {shared_gpus(c.store)} GPUs", highlight=False)
 
 
 @quota_app.command("rm")
@@ -59,7 +60,7 @@ def quota_rm(project: str = typer.Argument(...), as_json: bool = JsonOpt) -> Non
     """Drop PROJECT's quota: its jobs then share what the other quotas leave."""
     from air_skills.quotas import remove_quota
 
-    result = remove_quota(client(), project)
+    result = remove_quota(client().store, project)
     emit_json(result) if as_json else out.print(f"project {project}: quota removed")
 
 
@@ -90,7 +91,7 @@ def mcp_config(
     as_json: bool = JsonOpt,
 ) -> None:
     """Print (or --write) the MCP config entry that runs air-mcp for a client."""
-    from air_skills.integrations.skills import mcp_config as make_config
+    from air_skills.integrations.mcp_config import mcp_config as make_config
 
     result = make_config(client_name, write=write)
     if as_json:

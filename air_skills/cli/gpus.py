@@ -6,7 +6,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from air_skills.cli.output import JsonOpt, client, emit_json, handle_errors, out
+from air_skills.cli.output import (
+    JsonOpt,
+    client,
+    emit_json,
+    handle_errors,
+    handle_errors_diagnosing,
+    out,
+)
 
 
 @handle_errors
@@ -77,7 +84,7 @@ def uncordon(
         out.print(f"GPU {gpu} back in the pool (its check passes)")
 
 
-@handle_errors
+@handle_errors_diagnosing
 def doctor(
     deep: bool = typer.Option(False, "--deep", help="also run a short torch check per GPU"),
     as_json: bool = JsonOpt,

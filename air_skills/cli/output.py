@@ -51,7 +51,7 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(_dump(obj), indent=1, default=str) + "\n")
 
 
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+def handle_errors(fn: Callable[..., Any], *, check_settings: bool = True) -> Callable[..., Any]:
     """Check the AIR_* settings, then run the command; an AirError prints through the one
     renderer (``[code] message`` + ``Next: hint`` on stderr, or JSON on stdout) and exits
     with its exit code (2 for bad input, else 1)."""
@@ -59,7 +59,8 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            settings.check_all()
+            if check_settings:
+                settings.check_all()
             return fn(*args, **kwargs)
         except AirError as exc:
             if kwargs.get("as_json"):
@@ -70,6 +71,11 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
+
+
+def handle_errors_diagnosing(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``handle_errors`` for `air doctor`, which reports bad settings among its checks."""
+    return handle_errors(fn, check_settings=False)
 
 
 def info_line(info: Any) -> str:

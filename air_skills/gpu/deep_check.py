@@ -24,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from air_skills import settings
 from air_skills.gpu.providers import provider
 from air_skills.gpu.types import GpuFault
 
@@ -47,11 +48,8 @@ def _result(name: str, status: str, detail: str, next_: str = "", **extra: Any) 
 
 
 def _env_float(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, ""))
-    except ValueError:
-        return default
-    return value if value > 0 else default
+    value = settings.get(name)  # lenient: unset or bad gives the table's default (or None)
+    return default if value is None else value
 
 
 def deep_check(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from air_skills import settings
 from air_skills.gpu import health, simulated
 from air_skills.gpu.providers import GpuProvider
 from air_skills.gpu.types import GpuFault
@@ -164,19 +165,11 @@ def _check_faults_file(add: Add) -> None:
 
 def _check_settings(add: Add, max_infra_retries: int) -> None:
     limit, problem = health.max_temp_c()
-    raw_interval = os.environ.get("AIR_HEALTH_INTERVAL_S", "5")
-    try:
-        interval = float(raw_interval)
-        if interval <= 0:
-            raise ValueError
-    except ValueError:
-        add(
-            "health settings",
-            "fail",
-            f"AIR_HEALTH_INTERVAL_S={raw_interval!r} is not a number of seconds > 0",
-            "set it to e.g. 5, or unset it",
-        )
+    bad_interval = settings.problem("AIR_HEALTH_INTERVAL_S")  # "...='x' is not a number ..."
+    if bad_interval:
+        add("health settings", "fail", bad_interval, "set it to e.g. 5, or unset it")
         return
+    interval = settings.get("AIR_HEALTH_INTERVAL_S")
     detail = (
         f"preflight on a job's GPUs before it starts, then every {interval:g}s while it runs"
         f" (Xid, ECC, retired pages, row remap, throttle, temperature <= {limit:g} °C);"

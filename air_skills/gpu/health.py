@@ -17,8 +17,7 @@ reasons); SW_THERMAL and Xids outside the critical list are reported, not cordon
 
 from __future__ import annotations
 
-import os
-
+from air_skills import settings
 from air_skills.gpu.catalogue import (
     CRITICAL_THROTTLE,
     RESET_ADVICE,
@@ -187,18 +186,10 @@ def translate(reading: GpuReading, max_temp_c: float = DEFAULT_MAX_TEMP_C) -> li
 
 def max_temp_c() -> tuple[float, str | None]:
     """The temperature limit and, if AIR_GPU_MAX_TEMP_C is bad, a problem line."""
-    raw = os.environ.get(MAX_TEMP_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_TEMP_C, None
-    try:
-        value = float(raw)
-        if not 20 <= value <= 150:
-            raise ValueError
-    except ValueError:
-        return DEFAULT_MAX_TEMP_C, (
-            f"{MAX_TEMP_ENV}={raw!r} is not a temperature 20-150 °C; using {DEFAULT_MAX_TEMP_C:g}"
-        )
-    return value, None
+    problem = settings.problem(MAX_TEMP_ENV)  # "...='hot' is not a temperature 20-150 °C"
+    if problem:
+        return DEFAULT_MAX_TEMP_C, f"{problem}; using {DEFAULT_MAX_TEMP_C:g}"
+    return settings.get(MAX_TEMP_ENV), None
 
 
 def config_notes() -> list[GpuFault]:

@@ -8,9 +8,9 @@ never raises: a failure of the check itself comes back as a non-critical fault w
 
 from __future__ import annotations
 
-import os
 from typing import Any, Protocol
 
+from air_skills import settings
 from air_skills.gpu.nvml import NvmlGpuProvider
 from air_skills.gpu.simulated import SimulatedGpuProvider
 from air_skills.gpu.types import GpuDevice, GpuFault, GpuReading
@@ -66,19 +66,14 @@ _provider_key: str | None = None
 def provider() -> GpuProvider:
     """The provider for this process (AIR_SIMULATED_GPUS wins over NVML)."""
     global _provider, _provider_key
-    key = os.environ.get("AIR_SIMULATED_GPUS", "")
+    key = settings.raw("AIR_SIMULATED_GPUS")
     if _provider is not None and _provider_key == key:
         return _provider
     _provider_key = key
-    if key.strip():
-        try:
-            count = int(key)
-            if count < 0 or count > 1024:
-                raise ValueError
-        except ValueError:
-            _provider = NoGpuProvider(f"AIR_SIMULATED_GPUS={key!r} is not a count 0-1024")
-        else:
-            _provider = SimulatedGpuProvider(count)
+    if key:
+        problem = settings.problem("AIR_SIMULATED_GPUS")  # "...='x' is not a count 0-1024"
+        count = settings.get("AIR_SIMULATED_GPUS")
+        _provider = NoGpuProvider(problem) if problem else SimulatedGpuProvider(count)
         return _provider
     _provider = _nvml_provider()
     return _provider

@@ -20,11 +20,11 @@ non-critical finding with index -1 (``air doctor`` shows it) and never raises.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from air_skills import settings
 from air_skills.gpu.catalogue import THROTTLE_BITS
 from air_skills.gpu.health import FAULTS_ENV, check_failed, faults_from_readings
 from air_skills.gpu.types import GpuDevice, GpuFault, GpuReading
@@ -192,7 +192,7 @@ def simulated_baseline(index: int, count: int) -> GpuReading:
 
 def faults_file_status() -> tuple[str | None, list[str], dict[int, list[dict[str, Any]]]]:
     """(path or None, problems, entries by GPU) for the faults file named in the environment."""
-    path = os.environ.get(FAULTS_ENV, "").strip()
+    path = settings.raw(FAULTS_ENV)
     if not path:
         return None, [], {}
     try:
@@ -205,7 +205,7 @@ def faults_file_status() -> tuple[str | None, list[str], dict[int, list[dict[str
 def simulated_readings(indices: list[int], count: int) -> tuple[list[GpuReading], list[GpuFault]]:
     """Readings of simulated GPUs with the faults file applied, and notes about the file."""
     readings = [simulated_baseline(i, count) for i in indices]
-    path = os.environ.get(FAULTS_ENV, "").strip()
+    path = settings.raw(FAULTS_ENV)
     if not path:
         return readings, []
     try:
@@ -228,7 +228,7 @@ def simulated_faults(indices: list[int], count: int) -> list[GpuFault]:
 
 def simulated_deep_faults(index: int) -> set[str]:
     """Kinds injected for the deep preflight on one simulated GPU (e.g. ``matmul-corrupt``)."""
-    path = os.environ.get(FAULTS_ENV, "").strip()
+    path = settings.raw(FAULTS_ENV)
     if not path:
         return set()
     try:

@@ -1,6 +1,7 @@
-"""Client integrations: the agent skills copied where agents find them (`air skills install`),
-and the MCP config entry that runs `air-mcp` for Claude, Claude Code, Cursor and VS Code
-(`air mcp-config`). Both write atomically: a failure leaves every file as it was.
+"""`air skills install`: the bundled agent skills, checked and copied where agents find them.
+
+The copy is atomic: a failure leaves every installed skill as it was. The MCP config entry for
+the same agents is ``air_skills.integrations.mcp_config``.
 """
 
 from __future__ import annotations
@@ -9,20 +10,16 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
-import sys
 import tempfile
-from datetime import UTC, datetime
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from air_skills import settings
 from air_skills.errors import AirError, InvalidInput, InvalidState
+from air_skills.integrations.dirs import make_dirs, remove_dirs
 
-SERVER_NAME = "air"
 MANIFEST = ".air-skills.json"  # per installed skill: what we wrote, to tell local edits apart
 
 # target -> (user folder under HOME, project folder under the project root)
@@ -31,7 +28,6 @@ SKILL_TARGETS: dict[str, tuple[str, str]] = {
     "cursor": (".cursor/skills", ".cursor/skills"),
     "codex": (".agents/skills", ".agents/skills"),
 }
-MCP_CLIENTS = ("claude", "claude-code", "cursor", "vscode")
 
 
 # --- the bundled skills ------------------------------------------------------------------------
@@ -273,36 +269,6 @@ def _not_writable(where: Path, exc: BaseException) -> AirError:
     )
 
 
-def _make_dirs(path: Path) -> list[Path]:
-    """mkdir -p that remembers what it created, so a failure can take it back."""
-    created: list[Path] = []
-    missing = []
-    probe = path
-    while not probe.exists():
-        missing.append(probe)
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise NotADirectoryError(20, "Not a directory", str(probe))
-    try:
-        for p in reversed(missing):
-            p.mkdir()
-            created.append(p)
-    except OSError:
-        _remove_dirs(created)
-        raise
-    return created
-
-
-def _remove_dirs(created: list[Path]) -> None:
-    for p in reversed(created):
-        try:
-            p.rmdir()
-        except OSError:
-            pass
-
-
 def install_skills(
     target: str = "claude",
     project: bool = False,
@@ -360,7 +326,7 @@ def install_skills(
 
 def _write_skills(dest_root: Path, skills: dict[str, dict[str, bytes]]) -> None:
     try:
-        created = _make_dirs(dest_root)
+        created = make_dirs(dest_root)
     except OSError as exc:
         raise _not_writable(dest_root, exc) from None
     staging: Path | None = None
@@ -405,7 +371,7 @@ def _write_skills(dest_root: Path, skills: dict[str, dict[str, bytes]]) -> None:
                 pass
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-        _remove_dirs(created)
+        remove_dirs(created)
         raise _not_writable(dest_root, exc) from None
     if staging is not None:
         shutil.rmtree(staging, ignore_errors=True)
@@ -416,224 +382,3 @@ def _remove(path: Path) -> None:
         path.unlink()
     elif path.is_dir():
         shutil.rmtree(path)
-
-
-# --- air mcp-config ----------------------------------------------------------------------------
-
-
-def air_mcp_command() -> str:
-    """Absolute path of the installed `air-mcp`: beside this Python first, then on PATH."""
-    bin_dir = Path(sys.executable).parent
-    for name in ("air-mcp", "air-mcp.exe"):
-        candidate = bin_dir / name
-        if candidate.is_file():
-            return str(candidate.absolute())
-    found = shutil.which("air-mcp")
-    if found:
-        return str(Path(found).absolute())
-    raise AirError(
-        "the air-mcp command is not installed in this environment",
-        code="air-mcp-not-found",
-        hint="install the MCP extra: pip install 'air-skills[mcp]' (then rerun air mcp-config)",
-    )
-
-
-def server_entry() -> dict[str, Any]:
-    """command, args and env of the stdio server; AIR_HOME is passed on when it is set."""
-    entry: dict[str, Any] = {"command": air_mcp_command(), "args": []}
-    home = settings.get("AIR_HOME")
-    if home:
-        entry["env"] = {"AIR_HOME": str(home.absolute())}
-    return entry
-
-
-def _app_config_dir() -> Path:
-    """Where desktop apps keep their settings, relative to HOME (as the apps compute it)."""
-    home = Path.home()
-    if sys.platform == "darwin":
-        return home / "Library" / "Application Support"
-    if sys.platform == "win32":
-        return Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming")
-    return home / ".config"
-
-
-def client_config_path(client_name: str) -> Path:
-    """The client's user-level MCP config file."""
-    if client_name == "claude":
-        return _app_config_dir() / "Claude" / "claude_desktop_config.json"
-    if client_name == "claude-code":
-        return Path.home() / ".claude.json"
-    if client_name == "cursor":
-        return Path.home() / ".cursor" / "mcp.json"
-    if client_name == "vscode":
-        return _app_config_dir() / "Code" / "User" / "mcp.json"
-    raise _unknown_client(client_name)
-
-
-def _unknown_client(client_name: str) -> InvalidInput:
-    return InvalidInput(
-        f"unknown MCP client {client_name!r}",
-        code="unknown-client",
-        hint="use one of: " + ", ".join(MCP_CLIENTS),
-        valid_keys=list(MCP_CLIENTS),
-    )
-
-
-def client_entry(client_name: str, entry: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(the key that holds servers in the client's file, our entry in its format)."""
-    if client_name in ("claude", "cursor"):
-        return "mcpServers", dict(entry)
-    if client_name == "claude-code":
-        return "mcpServers", {"type": "stdio", **entry, "env": entry.get("env", {})}
-    if client_name == "vscode":
-        return "servers", {"type": "stdio", **entry}
-    raise _unknown_client(client_name)
-
-
-def claude_code_command(entry: dict[str, Any]) -> str:
-    """The `claude mcp add` command line that registers the server for the user."""
-    argv = ["claude", "mcp", "add", SERVER_NAME, "--scope", "user"]
-    for key, value in (entry.get("env") or {}).items():
-        argv += ["-e", f"{key}={value}"]
-    argv += ["--", entry["command"], *entry.get("args", [])]
-    return shlex.join(argv)
-
-
-def mcp_config(client_name: str = "claude", write: bool = False) -> dict[str, Any]:
-    """The MCP entry that runs `air-mcp`, in ``client_name``'s format; ``write`` merges it.
-
-    Returns ``text`` (what to paste or run), ``entry``, ``path`` (the client's config file),
-    ``written`` (the path, when the file changed), ``backup`` (a copy of the file as it was),
-    and ``action`` (created | updated | unchanged | printed).
-    """
-    if client_name not in MCP_CLIENTS:
-        raise _unknown_client(client_name)
-    key, entry = client_entry(client_name, server_entry())
-    path = client_config_path(client_name)
-    if client_name == "claude-code":
-        text = claude_code_command(entry)
-    else:
-        text = json.dumps({key: {SERVER_NAME: entry}}, indent=2)
-    result: dict[str, Any] = {
-        "client": client_name,
-        "text": text,
-        "entry": entry,
-        "path": str(path),
-        "written": None,
-        "backup": None,
-        "action": "printed",
-    }
-    if write:
-        action, backup = merge_config(path, key, entry)
-        result.update(
-            action=action,
-            written=str(path) if action != "unchanged" else None,
-            backup=str(backup) if backup else None,
-        )
-    return result
-
-
-def _read_config(path: Path, key: str, entry: dict[str, Any]) -> dict[str, Any] | None:
-    """The parsed config (None when the file does not exist); refuses what it cannot parse."""
-    paste = json.dumps({key: {SERVER_NAME: entry}}, indent=2)
-    hint = f"fix the file by hand (nothing was changed), or add this entry yourself:\n{paste}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidState(
-            f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
-            code="config-unreadable",
-            hint=hint,
-            path=str(path),
-        ) from None
-    if not text.strip():
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        # VS Code accepts comments in its JSON; rewriting would drop them, so we do not
-        comments = " (it has comments, which a rewrite would lose)" if "//" in text else ""
-        raise InvalidState(
-            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-            f"{comments}; refusing to rewrite it",
-            code="config-unparseable",
-            hint=hint,
-            path=str(path),
-        ) from None
-    if not isinstance(data, dict):
-        raise InvalidState(
-            f"{path} holds a JSON {type(data).__name__}, not an object; refusing to rewrite it",
-            code="config-unparseable",
-            hint=hint,
-            path=str(path),
-        )
-    if key in data and not isinstance(data[key], dict):
-        raise InvalidState(
-            f"{path}: {key!r} is a {type(data[key]).__name__}, not an object of servers;"
-            " refusing to rewrite it",
-            code="config-unparseable",
-            hint=hint,
-            path=str(path),
-        )
-    return data
-
-
-def merge_config(path: Path, key: str, entry: dict[str, Any]) -> tuple[str, Path | None]:
-    """Put our server under ``data[key]["air"]``, keeping every other entry; back up first."""
-    data = _read_config(path, key, entry)
-    exists = data is not None
-    data = data if data is not None else {}
-    servers = data.setdefault(key, {})
-    if servers.get(SERVER_NAME) == entry:
-        return "unchanged", None
-    action = "updated" if exists else "created"
-    servers[SERVER_NAME] = entry
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    created: list[Path] = []
-    backup: Path | None = None
-    try:
-        created = _make_dirs(path.parent)
-        if exists:
-            backup = _backup_path(path)
-            shutil.copy2(path, backup)
-        _atomic_write(path, text)
-    except OSError as exc:
-        if backup is not None:
-            backup.unlink(missing_ok=True)
-        _remove_dirs(created)
-        raise AirError(
-            f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}; nothing was changed",
-            code="config-not-writable",
-            hint="fix the folder's permissions, or paste the printed entry by hand",
-            path=str(path),
-        ) from None
-    return action, backup
-
-
-def _backup_path(path: Path) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    candidate = path.with_name(f"{path.name}.bak-{stamp}")
-    n = 1
-    while candidate.exists():
-        candidate = path.with_name(f"{path.name}.bak-{stamp}-{n}")
-        n += 1
-    return candidate
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():
-            shutil.copymode(path, tmp)
-        else:
-            os.chmod(tmp, 0o600)  # client configs can hold tokens: keep them private
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

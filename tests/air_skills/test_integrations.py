@@ -18,14 +18,10 @@ from typer.testing import CliRunner
 
 from air_skills.cli.app import app
 from air_skills.errors import AirError, InvalidInput, InvalidState
+from air_skills.integrations import mcp_config as mcp_configs
 from air_skills.integrations import skills as integrations
-from air_skills.integrations.skills import (
-    MANIFEST,
-    bundled_skills,
-    client_config_path,
-    install_skills,
-    mcp_config,
-)
+from air_skills.integrations.mcp_config import client_config_path, mcp_config
+from air_skills.integrations.skills import MANIFEST, bundled_skills, install_skills
 
 runner = CliRunner()
 DESIGN_TOOLS = {
@@ -241,7 +237,7 @@ def test_cli_skills_install(home: Path) -> None:
 
 
 def air_mcp() -> str:
-    return integrations.air_mcp_command()
+    return mcp_configs.air_mcp_command()
 
 
 def test_the_entry_runs_the_installed_air_mcp_with_air_home(
@@ -354,7 +350,7 @@ def test_unknown_client_and_missing_air_mcp(
     with pytest.raises(InvalidInput) as info:
         mcp_config("emacs")
     assert info.value.code == "unknown-client" and "vscode" in info.value.hint
-    monkeypatch.setattr(integrations.sys, "executable", str(tmp_path / "nobin" / "python"))
+    monkeypatch.setattr(mcp_configs.sys, "executable", str(tmp_path / "nobin" / "python"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(AirError) as info:
         mcp_config("claude", write=True)

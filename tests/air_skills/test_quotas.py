@@ -33,8 +33,8 @@ def preempt_events(client: Client, job_id: str) -> list[str]:
 
 
 def test_borrowed_gpus_go_back_when_the_owner_submits(client: Client) -> None:
-    set_quota(client, "A", 2)
-    set_quota(client, "B", 2)
+    set_quota(client.store, "A", 2)
+    set_quota(client.store, "B", 2)
 
     # A alone: two jobs within its quota, two borrowing the idle GPUs of B's quota.
     a = [launch(client, "A") for _ in range(4)]
@@ -61,7 +61,8 @@ def test_borrowed_gpus_go_back_when_the_owner_submits(client: Client) -> None:
         assert client.get(j).attempts == 1 and preempt_events(client, j) == []
     assert not any(client.get(j).borrowing for j in b)
 
-    rows = {r["project"]: r for r in list_quotas(client)}
+    client.reconcile()
+    rows = {r["project"]: r for r in list_quotas(client.store)}
     assert rows["A"] == {
         "project": "A", "quota": 2, "in_use": 2, "borrowing": 0, "queued": 2, "queued_gpus": 2,
     }  # fmt: skip
@@ -79,7 +80,7 @@ def test_borrowed_gpus_go_back_when_the_owner_submits(client: Client) -> None:
 
 
 def test_borrower_becomes_regular_when_its_project_has_room(client: Client) -> None:
-    set_quota(client, "A", 1)
+    set_quota(client.store, "A", 1)
     a = [launch(client, "A") for _ in range(2)]
     wait_until(lambda: statuses(client, a) == ["RUNNING", "RUNNING"])
     assert [client.get(j).borrowing for j in a] == [False, True]
@@ -92,7 +93,7 @@ def test_a_new_quota_reclaims_at_once(client: Client) -> None:
     """Setting a quota runs a pass: jobs of a newly guaranteed project start."""
     a = [launch(client, "A") for _ in range(4)]
     wait_until(lambda: statuses(client, a) == ["RUNNING"] * 4)
-    set_quota(client, "A", 2)  # now A's two youngest borrow the shared rest... of 2
+    set_quota(client.store, "A", 2)  # now A's two youngest borrow the shared rest... of 2
     b = launch(client, "B")  # no quota: shares the 2 GPUs the quota leaves
     wait_until(lambda: client.get(b).status == JobStatus.RUNNING)
     assert sum(s == "QUEUED" for s in statuses(client, a)) == 1
@@ -101,21 +102,21 @@ def test_a_new_quota_reclaims_at_once(client: Client) -> None:
 
 def test_quota_bad_input(client: Client) -> None:
     with pytest.raises(InvalidInput) as exc:
-        set_quota(client, "no spaces", -1)
+        set_quota(client.store, "no spaces", -1)
     assert len(exc.value.context["problems"]) == 2  # both problems at once
-    result = set_quota(client, "A", 9)
+    result = set_quota(client.store, "A", 9)
     assert result["quota"] == 9 and "more than the 4 in the pool" in result["warning"]
-    result = set_quota(client, "a", 1)
+    result = set_quota(client.store, "a", 1)
     assert "did you mean 'A'" in result["warning"]
     with pytest.raises(NotFound) as exc:
-        remove_quota(client, "nope")
+        remove_quota(client.store, "nope")
     assert "known projects: A, a, default" in exc.value.message
-    assert remove_quota(client, "a")["previous"] == 1
+    assert remove_quota(client.store, "a")["previous"] == 1
     with pytest.raises(NotFound) as exc:
         client.list(project="AA")
     assert "did you mean 'A'" in exc.value.hint
     with pytest.raises(NotFound, match="has no quota"):
-        remove_quota(client, "default")
+        remove_quota(client.store, "default")
 
 
 def air(*args: str) -> subprocess.CompletedProcess[str]:

@@ -23,22 +23,7 @@ AIR = shutil.which("air") or str(Path(sys.executable).parent / "air")
 NAME_RE = re.compile(r"\bAIR_[A-Z][A-Z0-9_]*\b")
 
 # Variables still read directly somewhere (being converted to settings.get); only shrinks.
-NOT_YET_CONVERTED: set[str] = {
-    "AIR_HOME",
-    "AIR_PROJECT",
-    "AIR_DATA_ROOTS",
-    "AIR_SIMULATED_GPUS",
-    "AIR_GPU_MAX_TEMP_C",
-    "AIR_HEALTH_INTERVAL_S",
-    "AIR_GRACE_S",
-    "AIR_SUPERVISOR_LINGER_S",
-    "AIR_MAX_INFRA_RETRIES",
-    "AIR_CPU_SLOTS",
-    "AIR_QUEUE_WINDOW",
-    "AIR_STARVATION_S",
-    "AIR_BYPASS_JOBS",
-    "AIR_MCP_TOKEN",
-}
+NOT_YET_CONVERTED: set[str] = set()
 
 
 def _sources() -> list[Path]:

@@ -104,11 +104,18 @@ def test_duration_estimate_is_the_median_of_successes() -> None:
 
 @pytest.mark.parametrize(
     "concurrency,trials,active,unlaunched,expected",
-    [(2, 10, 0, 0, 2), (2, 10, 2, 0, 0), (4, 3, 1, 0, 1), (4, 3, 1, 1, 2), (1, 1, 0, 0, 0)],
+    [
+        (2, 10, 0, 0, 2),  # concurrency bounds
+        (2, 10, 2, 0, 0),
+        (4, 3, 1, 0, 2),  # the trial budget bounds
+        (4, 3, 1, 1, 2),  # a proposed, unlaunched trial takes a slot, not more budget
+        (4, 2, 2, 0, 0),  # every trial launched
+    ],
 )
 def test_trial_slots(concurrency: int, trials: int, active: int, unlaunched: int, expected: int):
     study = parse_study(small_study(budget={"concurrency": concurrency, "trials": trials}))
-    state = state_of([{"n": i, "status": "RUNNING"} for i in range(active)])
+    running = [{"n": i, "status": "RUNNING"} for i in range(active)]
+    state = state_of(running + [{"n": active + i} for i in range(unlaunched)])
     assert budgets.trial_slots(study, state, active, unlaunched) == expected
 
 

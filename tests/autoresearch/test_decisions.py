@@ -182,6 +182,7 @@ def test_noise_floor_waits_for_every_repeat(tmp_path: Path) -> None:
     assert fields is not None and fields["values"] == [1.0, 1.2]
     assert fields["floor"] == pytest.approx(2 * fields["std"]) and fields["floor"] > 0
     assert fields["baseline_value"] == pytest.approx(1.1)
+    (tmp_path / "none").mkdir()
     without = make_loop(tmp_path / "none")
     finish(without, 0, "baseline", 1.0)
     assert decisions.noise_floor_fields(without.study, without.state) is None

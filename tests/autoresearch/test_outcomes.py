@@ -45,7 +45,7 @@ def outcome(info: JobInfo, trial: Trial | None = None, **kw: Any) -> Any:
         ("SUCCEEDED", {"latest": {"loss": float("nan")}}, "FAILED", "the objective loss is nan"),
         ("FAILED", {}, "FAILED", "ValueError: bad shape"),  # the log's exception line
         ("TIMED_OUT", {}, "FAILED", "timed out: "),
-        ("CANCELLED", {}, "CANCELLED", None),
+        ("CANCELLED", {}, "CANCELLED", ""),  # cancelled from outside: the job's message
         ("RUNNING", {"cancel_reason": "budget:wall_time_min"}, "CANCELLED",
          "cancelled: budget:wall_time_min"),
         ("SUCCEEDED", {"cancel_reason": "pruned"}, "PRUNED", None),  # pruned wins over the end

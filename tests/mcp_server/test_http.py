@@ -135,13 +135,3 @@ def test_refuses_to_listen_beyond_loopback_without_a_token(
     for host in ("::", "192.0.2.10", "example.com"):
         assert main(["--transport", "http", "--host", host, "--port", "0"]) == 2
         assert f"refusing to listen on {host}" in capsys.readouterr().err
-
-
-async def test_loopback_without_a_token_serves_and_says_so(
-    spawn_air_mcp: Callable[..., Any],
-) -> None:
-    sp = spawn_air_mcp(["--transport", "http", "--port", "0"], AIR_MCP_TOKEN=None)
-    url = sp.url()
-    assert "no authentication" in sp.stderr  # said on the same line as the URL
-    reply = await post(url, {})
-    assert reply.status_code not in (401, 403, 421)

@@ -6,6 +6,7 @@ import contextlib
 import re
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,13 @@ from air_skills.backends.ray.settle import finish, settle_gone
 from air_skills.backends.ray.submit import queued_message, submit
 from air_skills.errors import AirError
 from air_skills.models import JobSpec
-from air_skills.runtime.outcomes import MAX_INFRA_RETRIES
+from air_skills.runtime.outcomes import (
+    MAX_INFRA_RETRIES,
+    AttemptEnd,
+    InfraFailure,
+    Outcome,
+    classify,
+)
 from air_skills.runtime.prepare import LaunchContext
 from air_skills.status import JobStatus
 
@@ -186,32 +193,24 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
             f"CANCELLED: the Ray job {sid} was stopped outside AIR (`ray job stop` or the"
             f" dashboard); Ray: {ray_says or 'stopped'}",
         )
-    # FAILED
+    # FAILED: the shared exit -> retry policy (runtime/outcomes.py) decides what follows.
     if exit_code is None and error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR"):
         m = re.search(r"exit code (-?\d+)", job.message or "")
         exit_code = int(m.group(1)) if m else None
     if error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR") and exit_code is not None:
-        how = f"exited with code {exit_code}"
-        if exit_code == 127:
-            how += f" (command not found on the Ray node: {spec.command[0]!r}?)"
-        if row["user_retries"] < spec.max_retries:
-            return _resubmit(
-                rt,
-                ray,
-                row,
-                spec,
-                "user",
-                f"QUEUED: {how}; retry {row['user_retries'] + 1} of {spec.max_retries}",
-            )
-        return finish(
-            rt,
-            row,
-            JobStatus.FAILED,
-            f"FAILED: the command {how} (its own code failed; Ray job {sid})."
-            f" Next: read `air logs {job_id}`, fix it, relaunch",
+        end = AttemptEnd(
+            job_id,
             exit_code=exit_code,
-            failure_kind="user",
+            user_retries=row["user_retries"],
+            max_retries=spec.max_retries,
+            runner=f"Ray job {sid}",
         )
+        outcome = classify(end)
+        if exit_code == 127:  # on Ray, the likeliest cause: the program is not on the node
+            how = f"exited with code {exit_code}"
+            note = f" (command not found on the Ray node: {spec.command[0]!r}?)"
+            outcome = replace(outcome, message=outcome.message.replace(how, how + note, 1))
+        return _record(rt, ray, row, spec, outcome)
     label = error_type or "FAILED"
     if error_type == "JOB_SUPERVISOR_ACTOR_START_TIMEOUT":
         # Ray gives up on a job that waited 15 minutes for resources; it fits the
@@ -230,29 +229,34 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
                 "QUEUED: Ray gave up waiting for resources after its start timeout;"
                 " resubmitted, still waiting",
             )
+    # Only a dead or unstartable job supervisor is worth another attempt.
     retryable = error_type in (
         "JOB_SUPERVISOR_ACTOR_DIED",
         "JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE",
         "JOB_SUPERVISOR_ACTOR_START_FAILURE",
     )
-    if retryable and row["infra_retries"] < MAX_INFRA_RETRIES:
-        return _resubmit(
-            rt,
-            ray,
-            row,
-            spec,
-            "infra",
-            f"QUEUED: Ray could not run it ({label}: {ray_says}); resubmitted"
-            " (failure_kind: infra, not its own code)",
-        )
+    end = AttemptEnd(
+        job_id,
+        exit_code=exit_code,
+        infra=InfraFailure(f"{label}: {ray_says}", source="ray"),
+        infra_retries=row["infra_retries"],
+        max_infra_retries=MAX_INFRA_RETRIES if retryable else 0,
+    )
+    return _record(rt, ray, row, spec, classify(end))
+
+
+def _record(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec, outcome: Outcome) -> int:
+    """Act on the policy's outcome: resubmit the job, or finish its record."""
+    if outcome.action == "requeue":
+        return _resubmit(rt, ray, row, spec, outcome.kind or "infra", outcome.message)
+    assert outcome.status is not None
     return finish(
         rt,
         row,
-        JobStatus.FAILED,
-        f"FAILED (infra): Ray could not run the job ({label}: {ray_says})."
-        f" Next: read `air logs {job_id}` and check the cluster (`ray status`), then relaunch",
-        exit_code=exit_code,
-        failure_kind="infra",
+        outcome.status,
+        outcome.message,
+        exit_code=outcome.exit_code,
+        failure_kind=outcome.failure_kind,
     )
 
 

@@ -1,0 +1,243 @@
+"""`air mcp-config`: the MCP config entry that runs `air-mcp` for Claude, Claude Code, Cursor
+and VS Code, printed or merged into the client's config file (atomically, with a backup).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from air_skills import settings
+from air_skills.errors import AirError, InvalidInput, InvalidState
+from air_skills.integrations.dirs import make_dirs, remove_dirs
+
+SERVER_NAME = "air"
+MCP_CLIENTS = ("claude", "claude-code", "cursor", "vscode")
+
+
+# --- air mcp-config ----------------------------------------------------------------------------
+
+
+def air_mcp_command() -> str:
+    """Absolute path of the installed `air-mcp`: beside this Python first, then on PATH."""
+    bin_dir = Path(sys.executable).parent
+    for name in ("air-mcp", "air-mcp.exe"):
+        candidate = bin_dir / name
+        if candidate.is_file():
+            return str(candidate.absolute())
+    found = shutil.which("air-mcp")
+    if found:
+        return str(Path(found).absolute())
+    raise AirError(
+        "the air-mcp command is not installed in this environment",
+        code="air-mcp-not-found",
+        hint="install the MCP extra: pip install 'air-skills[mcp]' (then rerun air mcp-config)",
+    )
+
+
+def server_entry() -> dict[str, Any]:
+    """command, args and env of the stdio server; AIR_HOME is passed on when it is set."""
+    entry: dict[str, Any] = {"command": air_mcp_command(), "args": []}
+    home = settings.get("AIR_HOME")
+    if home:
+        entry["env"] = {"AIR_HOME": str(home.absolute())}
+    return entry
+
+
+def _app_config_dir() -> Path:
+    """Where desktop apps keep their settings, relative to HOME (as the apps compute it)."""
+    home = Path.home()
+    if sys.platform == "darwin":
+        return home / "Library" / "Application Support"
+    if sys.platform == "win32":
+        return Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming")
+    return home / ".config"
+
+
+def client_config_path(client_name: str) -> Path:
+    """The client's user-level MCP config file."""
+    if client_name == "claude":
+        return _app_config_dir() / "Claude" / "claude_desktop_config.json"
+    if client_name == "claude-code":
+        return Path.home() / ".claude.json"
+    if client_name == "cursor":
+        return Path.home() / ".cursor" / "mcp.json"
+    if client_name == "vscode":
+        return _app_config_dir() / "Code" / "User" / "mcp.json"
+    raise _unknown_client(client_name)
+
+
+def _unknown_client(client_name: str) -> InvalidInput:
+    return InvalidInput(
+        f"unknown MCP client {client_name!r}",
+        code="unknown-client",
+        hint="use one of: " + ", ".join(MCP_CLIENTS),
+        valid_keys=list(MCP_CLIENTS),
+    )
+
+
+def client_entry(client_name: str, entry: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(the key that holds servers in the client's file, our entry in its format)."""
+    if client_name in ("claude", "cursor"):
+        return "mcpServers", dict(entry)
+    if client_name == "claude-code":
+        return "mcpServers", {"type": "stdio", **entry, "env": entry.get("env", {})}
+    if client_name == "vscode":
+        return "servers", {"type": "stdio", **entry}
+    raise _unknown_client(client_name)
+
+
+def claude_code_command(entry: dict[str, Any]) -> str:
+    """The `claude mcp add` command line that registers the server for the user."""
+    argv = ["claude", "mcp", "add", SERVER_NAME, "--scope", "user"]
+    for key, value in (entry.get("env") or {}).items():
+        argv += ["-e", f"{key}={value}"]
+    argv += ["--", entry["command"], *entry.get("args", [])]
+    return shlex.join(argv)
+
+
+def mcp_config(client_name: str = "claude", write: bool = False) -> dict[str, Any]:
+    """The MCP entry that runs `air-mcp`, in ``client_name``'s format; ``write`` merges it.
+
+    Returns ``text`` (what to paste or run), ``entry``, ``path`` (the client's config file),
+    ``written`` (the path, when the file changed), ``backup`` (a copy of the file as it was),
+    and ``action`` (created | updated | unchanged | printed).
+    """
+    if client_name not in MCP_CLIENTS:
+        raise _unknown_client(client_name)
+    key, entry = client_entry(client_name, server_entry())
+    path = client_config_path(client_name)
+    if client_name == "claude-code":
+        text = claude_code_command(entry)
+    else:
+        text = json.dumps({key: {SERVER_NAME: entry}}, indent=2)
+    result: dict[str, Any] = {
+        "client": client_name,
+        "text": text,
+        "entry": entry,
+        "path": str(path),
+        "written": None,
+        "backup": None,
+        "action": "printed",
+    }
+    if write:
+        action, backup = merge_config(path, key, entry)
+        result.update(
+            action=action,
+            written=str(path) if action != "unchanged" else None,
+            backup=str(backup) if backup else None,
+        )
+    return result
+
+
+def _read_config(path: Path, key: str, entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The parsed config (None when the file does not exist); refuses what it cannot parse."""
+    paste = json.dumps({key: {SERVER_NAME: entry}}, indent=2)
+    hint = f"fix the file by hand (nothing was changed), or add this entry yourself:\n{paste}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidState(
+            f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+            code="config-unreadable",
+            hint=hint,
+            path=str(path),
+        ) from None
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # VS Code accepts comments in its JSON; rewriting would drop them, so we do not
+        comments = " (it has comments, which a rewrite would lose)" if "//" in text else ""
+        raise InvalidState(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            f"{comments}; refusing to rewrite it",
+            code="config-unparseable",
+            hint=hint,
+            path=str(path),
+        ) from None
+    if not isinstance(data, dict):
+        raise InvalidState(
+            f"{path} holds a JSON {type(data).__name__}, not an object; refusing to rewrite it",
+            code="config-unparseable",
+            hint=hint,
+            path=str(path),
+        )
+    if key in data and not isinstance(data[key], dict):
+        raise InvalidState(
+            f"{path}: {key!r} is a {type(data[key]).__name__}, not an object of servers;"
+            " refusing to rewrite it",
+            code="config-unparseable",
+            hint=hint,
+            path=str(path),
+        )
+    return data
+
+
+def merge_config(path: Path, key: str, entry: dict[str, Any]) -> tuple[str, Path | None]:
+    """Put our server under ``data[key]["air"]``, keeping every other entry; back up first."""
+    data = _read_config(path, key, entry)
+    exists = data is not None
+    data = data if data is not None else {}
+    servers = data.setdefault(key, {})
+    if servers.get(SERVER_NAME) == entry:
+        return "unchanged", None
+    action = "updated" if exists else "created"
+    servers[SERVER_NAME] = entry
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    created: list[Path] = []
+    backup: Path | None = None
+    try:
+        created = make_dirs(path.parent)
+        if exists:
+            backup = _backup_path(path)
+            shutil.copy2(path, backup)
+        _atomic_write(path, text)
+    except OSError as exc:
+        if backup is not None:
+            backup.unlink(missing_ok=True)
+        remove_dirs(created)
+        raise AirError(
+            f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}; nothing was changed",
+            code="config-not-writable",
+            hint="fix the folder's permissions, or paste the printed entry by hand",
+            path=str(path),
+        ) from None
+    return action, backup
+
+
+def _backup_path(path: Path) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate = path.with_name(f"{path.name}.bak-{stamp}")
+    n = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.bak-{stamp}-{n}")
+        n += 1
+    return candidate
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
+            shutil.copymode(path, tmp)
+        else:
+            os.chmod(tmp, 0o600)  # client configs can hold tokens: keep them private
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
