@@ -23,10 +23,15 @@ def default_home() -> Path:
 
 
 def ensure_home(home: Path) -> Path:
-    """Create AIR_HOME if missing; a clear StoreError when it cannot be used."""
+    """Create AIR_HOME if missing, owner-only; a clear StoreError when it cannot be used.
+
+    Owner-only (0700, its database 0600) because it holds job environments and logs: another
+    local user must not read them. A home made by an older version is tightened here.
+    """
     try:
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "jobs").mkdir(exist_ok=True)
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (home / "jobs").mkdir(exist_ok=True, mode=0o700)
+        owner_only(home, home / "jobs")
     except OSError as exc:
         raise StoreError(
             f"AIR_HOME {home} cannot be created: {exc.strerror or exc}",
@@ -40,6 +45,18 @@ def ensure_home(home: Path) -> Path:
             home=str(home),
         )
     return home
+
+
+def owner_only(*paths: Path) -> None:
+    """Take group and other access off ``paths`` that this user owns (others' are left be)."""
+    uid = os.getuid()
+    for path in paths:
+        try:
+            st = path.stat()
+            if st.st_uid == uid and st.st_mode & 0o077:
+                path.chmod(st.st_mode & 0o700)
+        except FileNotFoundError:
+            pass
 
 
 def check_job_id(job_id: str) -> str:
@@ -66,6 +83,26 @@ def write_launch_env(jdir: Path) -> None:
     fd = os.open(jdir / LAUNCH_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(dict(os.environ), f)
+
+
+JOB_ENV = "job_env.json"  # in the job's folder: the values of the spec's ``env``
+
+
+def write_job_env(jdir: Path, env: dict[str, str]) -> None:
+    """Save the values of a job's own ``env`` (owner-only: API keys): the store keeps names."""
+    fd = os.open(jdir / JOB_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(env, f)
+
+
+def read_job_env(jdir: Path) -> dict[str, str] | None:
+    """The values of the job's own ``env``; None when the store's spec still holds them."""
+    try:
+        with open(jdir / JOB_ENV) as f:
+            env = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return env if isinstance(env, dict) else None
 
 
 def read_launch_env(jdir: Path) -> dict[str, str] | None:

@@ -6,10 +6,12 @@ Strict pydantic v2 models: unknown fields are refused, and every problem is repo
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from air_skills import settings
 from air_skills.errors import InvalidSpec, pydantic_problems
@@ -17,6 +19,11 @@ from air_skills.status import JobStatus
 from air_skills.vocabulary import NAME_PATTERN
 
 MAX_GPUS_PER_JOB = 1024
+# A config is hyperparameters: far below these. They bound the check itself, so that a YAML
+# alias bomb (a few hundred bytes that expand without end) or a self-referring anchor is
+# refused in a fraction of a second instead of exhausting memory when written as JSON.
+MAX_CONFIG_VALUES = 1_000_000
+MAX_CONFIG_DEPTH = 200
 Priority = Literal["low", "normal", "high"]
 FailureKind = Literal["user", "infra"]
 Backend = Literal["local", "ray"]
@@ -30,6 +37,62 @@ def split_command(value: Any) -> Any:
         except ValueError as exc:
             raise ValueError(f"cannot split command: {exc}") from exc
     return value
+
+
+def _refused(kind: str, problem: str) -> PydanticCustomError:
+    # A custom error keeps pydantic's "Value error, " prefix out of the problem line.
+    return PydanticCustomError(kind, "{problem}", {"problem": problem})
+
+
+def refuse_nul(value: str | None, what: str) -> str | None:
+    """The OS cuts strings at a NUL byte (or refuses them): never let one reach it."""
+    if value is not None and "\x00" in value:
+        raise _refused("nul_byte", f"{what} holds a NUL byte (\\x00): remove it")
+    return value
+
+
+def _json_fix(what: str, value: Any) -> str:
+    """Why ``value`` (named ``what``), a Python object JSON cannot hold, and what to write."""
+    if isinstance(value, (set, frozenset)):
+        return f"{what} is a set (!!set), which JSON cannot hold: write a list, e.g. [a, b]"
+    if isinstance(value, (bytes, bytearray)):
+        return f"{what} is binary data (!!binary), which JSON cannot hold: write a quoted string"
+    text = str(value)[:60]
+    return (
+        f"{what} = {text} is a {type(value).__name__}, which JSON cannot hold:"
+        f' quote it to pass it as text ("{text}")'
+    )
+
+
+def json_problem(config: Mapping[str, Any]) -> str | None:
+    """Why ``config`` cannot be written as JSON (naming the key), or None when it can.
+
+    YAML turns ``2024-01-01`` into a date, ``!!set`` into a set and ``!!binary`` into bytes;
+    JSON holds none of them, and the job reads its config as JSON (AIR_CONFIG_FILE).
+    """
+    stack: list[tuple[str, Any, int]] = [("config", config, 0)]
+    seen = 0
+    while stack:
+        path, value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_CONFIG_VALUES or depth > MAX_CONFIG_DEPTH:
+            return (
+                f"config is too large or too deep (over {MAX_CONFIG_VALUES} values or"
+                f" {MAX_CONFIG_DEPTH} levels), or refers to itself (a YAML alias inside its"
+                " own anchor): write it out plainly, without anchors and aliases"
+            )
+        if value is None or isinstance(value, (str, int, float)):
+            continue  # bool is an int
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if key is not None and not isinstance(key, (str, int, float)):
+                    return _json_fix(f"a key under {path}", key)
+                stack.append((f"{path}.{key}", item, depth + 1))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
+        else:
+            return _json_fix(path, value)
+    return None
 
 
 class _Strict(BaseModel):
@@ -46,6 +109,11 @@ class DataInput(_Strict):
         pattern=r"^[0-9a-f]{8,64}$",
         description="content digest, set at launch; given, the data must still match it",
     )
+
+    @field_validator("path")
+    @classmethod
+    def _check_path(cls, value: str) -> str:
+        return refuse_nul(value, "a data path") or value
 
 
 class JobSpec(_Strict):
@@ -84,6 +152,27 @@ class JobSpec(_Strict):
         for arg in value:
             if "\x00" in arg:
                 raise ValueError("command arguments cannot hold NUL bytes")
+        return value
+
+    @field_validator("name", "workdir", "experiment", "idempotency_key")
+    @classmethod
+    def _check_text(cls, value: str | None) -> str | None:
+        return refuse_nul(value, "this field")
+
+    @field_validator("config")
+    @classmethod
+    def _check_config(cls, value: dict[str, Any]) -> dict[str, Any]:
+        problem = json_problem(value)
+        if problem:
+            raise _refused("not_json", problem)
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _check_tags(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            refuse_nul(key, f"tag name {key!r}")
+            refuse_nul(val, f"tag {key!r}")
         return value
 
     @field_validator("env")

@@ -1,9 +1,10 @@
 """``air-mcp``: the MCP server. Registers the plain functions of ``mcp_server.tools`` as tools.
 
 Only this package imports ``mcp``. This module says what is registered (tools, resources, the
-research prompt) and runs the command line; ``adapter`` wraps the functions as tools, ``stdio``
-(the default; logs on stderr only) and ``http`` (``--transport http``, 127.0.0.1 behind
-``http.HttpGuard``) are the transports.
+research prompt) and runs the command line; ``adapter`` wraps the functions as tools
+(``waiting`` the one long wait, as an async tool), ``stdio`` (the default; logs on stderr only)
+and ``http`` (``--transport http``, 127.0.0.1 behind ``http.HttpGuard``, token from ``auth``)
+are the transports.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from air_skills import __version__, settings
 from air_skills.client import Client
 from air_skills.errors import AirError, NotFound
 from mcp_server import tools
-from mcp_server.adapter import error_result, plain_tool, wait_tool
+from mcp_server.adapter import error_result, plain_tool
 from mcp_server.auth import load_or_create_token, read_token
 from mcp_server.http import (
     DEFAULT_MAX_BODY_BYTES,
@@ -36,6 +37,7 @@ from mcp_server.http import (
 )
 from mcp_server.render import clean_output, reply_json
 from mcp_server.stdio import serve_stdio
+from mcp_server.waiting import wait_tool
 from mcp_server.wording import bad_arguments, error_text
 
 log = logging.getLogger("air_mcp")

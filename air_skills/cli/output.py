@@ -1,4 +1,9 @@
-"""What the `air` commands print: JSON for agents, rich text for people, errors, progress."""
+"""What the `air` commands print: JSON for agents, rich text for people, errors, progress.
+
+Text that comes from a job (names, messages, commands, log lines, config values, error text)
+is never read as rich markup: a name like ``[/x]`` would crash the table and ``[nan]`` would
+vanish. It goes to rich as ``Text`` (``plain``) or printed with ``say``, markup off.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from air_skills import settings
 from air_skills.errors import AirError, render_json, render_text
@@ -78,22 +84,35 @@ def handle_errors_diagnosing(fn: Callable[..., Any]) -> Callable[..., Any]:
     return handle_errors(fn, check_settings=False)
 
 
-def info_line(info: Any) -> str:
-    style = STATUS_STYLE.get(info.status.value, "")
+def plain(value: Any, style: str = "") -> Text:
+    """``value`` as rich ``Text``: shown as it is, never parsed for markup or emoji codes."""
+    return Text(str(value), style=style)
+
+
+def say(console: Console, *parts: Any) -> None:
+    """Print a line holding job-derived text: no markup, no emoji codes, no highlighting."""
+    console.print(*parts, markup=False, emoji=False, highlight=False)
+
+
+def status_text(info: Any) -> Text:
+    return plain(info.status.value, STATUS_STYLE.get(info.status.value, ""))
+
+
+def info_line(info: Any) -> Text:
     gpus = ",".join(map(str, info.gpus)) or "-"
-    return f"{info.job_id}  [{style}]{info.status.value}[/]  gpus={gpus}  {info.message}"
+    return Text.assemble(
+        f"{info.job_id}  ", status_text(info), f"  gpus={gpus}  {info.message}"
+    )
 
 
 def print_info(info: Any) -> None:
     t = Table(show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column()
-    data = info.model_dump(mode="json")
-    data["status"] = f"[{STATUS_STYLE.get(info.status.value, '')}]{info.status.value}[/]"
-    for key, value in data.items():
+    for key, value in info.model_dump(mode="json").items():
         if value in (None, [], ""):
             continue
-        t.add_row(key, str(value))
+        t.add_row(plain(key), status_text(info) if key == "status" else plain(value))
     out.print(t)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from air_skills.errors import StoreError
-from air_skills.home import ensure_home
+from air_skills.home import JOB_ID_RE, ensure_home, owner_only
 from air_skills.runtime.schema import SCHEMA_VERSION, migrate
 
 _T = TypeVar("_T")
@@ -21,9 +22,11 @@ BUSY_TIMEOUT_S = 60.0  # how long a reader or a writer waits for the database be
 class Database:
     """The connection and its transaction style; the Store's named changes build on it."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, rebuilding: bool = False) -> None:
+        """``rebuilding``: accept a new database beside job folders (runtime/rebuild.py)."""
         self.home = ensure_home(home)
         self.path = self.home / "air.db"
+        self._owner_only_files()
         try:
             self.conn = sqlite3.connect(
                 self.path, timeout=60, isolation_level=None, check_same_thread=False
@@ -36,11 +39,38 @@ class Database:
                 raise sqlite3.OperationalError(f"journal mode is {mode}, not wal")
             if self.conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 with self.tx() as c:
+                    if not rebuilding:
+                        self._refuse_lost_records(c)
                     migrate(c)
             # From here on, waits for the database are ours (_begin_immediate, read): short.
             self.conn.execute("PRAGMA busy_timeout = 0")
         except sqlite3.DatabaseError as exc:
             raise self._wrap(exc) from None
+
+    def _owner_only_files(self) -> None:
+        """The database (and its WAL files, which SQLite makes with its mode) is owner-only."""
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError:
+            return  # a read-only home: the connection says so, with its hint
+        owner_only(self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
+
+    def _refuse_lost_records(self, c: sqlite3.Connection) -> None:
+        """A new, empty database beside existing job folders: the records were lost (the file
+        truncated or replaced). Saying "no jobs" would hide them, and reuse their ids."""
+        if c.execute("SELECT 1 FROM sqlite_master WHERE name='jobs'").fetchone():
+            return  # an older schema: migrate it
+        folders = [n for n in os.listdir(self.home / "jobs") if JOB_ID_RE.match(n)]
+        if folders:
+            raise StoreError(
+                f"the state database {self.path} is new or empty, but {len(folders)} job"
+                f" folders exist in {self.home / 'jobs'}: its records were lost (the file was"
+                " truncated, replaced or deleted)",
+                hint="restore air.db from a backup, or rebuild the records from the job folders"
+                " with `air doctor --rebuild`",
+                path=str(self.path),
+                job_folders=len(folders),
+            )
 
     def _wrap(self, exc: sqlite3.Error) -> StoreError:
         text = str(exc)

@@ -11,7 +11,42 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air_skills.home import job_dir, read_launch_env
+from air_skills.home import job_dir, read_job_env, read_launch_env
+
+# Set by the runtime for every job, never by a spec's ``env``: the GPUs a job may see, where its
+# MLflow run is, its rank in a gang. A spec that names one is overridden (AIR_* included).
+RESERVED_ENV = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "MLFLOW_RUN_ID",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_EXPERIMENT_ID",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+
+
+def is_reserved(name: str) -> bool:
+    """Whether a job's own ``env`` may not set ``name`` (see RESERVED_ENV)."""
+    return name in RESERVED_ENV or name.startswith("AIR_")
+
+
+def user_env(env: dict[str, str]) -> dict[str, str]:
+    """A spec's ``env`` without the reserved names: the runtime's values always win."""
+    return {k: v for k, v in env.items() if not is_reserved(k)}
+
+
+class JobFolderGone(OSError):
+    """The job's folder under AIR_HOME was removed before its command could start."""
+
+    def __init__(self, jdir: Path) -> None:
+        super().__init__(f"the job's folder {jdir} is gone (deleted while the job waited)")
 
 
 def thread_caps(cpus: int) -> dict[str, str]:
@@ -42,7 +77,10 @@ class CommandLaunch:
 
     def popen(self) -> subprocess.Popen[bytes]:
         """Start it (argv, never a shell) in its own process group, output to the log."""
-        log = open(self.log_path, "ab")
+        try:
+            log = open(self.log_path, "ab")
+        except FileNotFoundError:  # the folder went between command_launch and now
+            raise JobFolderGone(Path(self.log_path).parent) from None
         try:
             if self.banner:
                 log.write(self.banner)
@@ -77,7 +115,10 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
     job_id = row["job_id"]
     jdir = job_dir(home, job_id)
     ckpt = jdir / "checkpoints"
-    ckpt.mkdir(exist_ok=True)
+    try:
+        ckpt.mkdir(exist_ok=True)
+    except FileNotFoundError:
+        raise JobFolderGone(jdir) from None
     # The environment of the process that launched the job, whoever starts it.
     launched = read_launch_env(jdir)
     env = launched if launched is not None else dict(os.environ)
@@ -107,7 +148,9 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
         )
         env["MLFLOW_RUN_ID"] = row["run_id"]
         env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
-    env.update(spec.get("env") or {})
+    # The values travel in the job's folder, owner-only (the store keeps only the names).
+    own = read_job_env(jdir)
+    env.update(user_env(own if own is not None else spec.get("env") or {}))
     banner = b""
     if row["attempts"] > 1:
         banner = f"[air] attempt {row['attempts']} on GPUs {gpus}\n".encode()

@@ -17,7 +17,8 @@ row    the attempt ended with                      the job
 8      any other exit or signal, retries spent     FAILED, failure_kind ``user``
 =====  ==========================================  ========================================
 
-A command that could not start at all is ``start_failed`` (FAILED, ``user``, 127 or 126).
+A command that could not start at all is ``start_failed`` (FAILED, ``user``, 127 or 126; with
+no exit code when its folder was deleted while it waited).
 
 Infra failures carry where they come from (``InfraFailure.source``), which only changes the
 wording: ``gpu`` (a GPU fault found by a health check; the GPU is cordoned), ``lost`` (the
@@ -155,6 +156,9 @@ def classify(end: AttemptEnd) -> Outcome:
 
 def start_failed(kind: str, text: str, program: str) -> Outcome:
     """The command could not start (an OSError's class name and text): the user's to fix."""
+    if kind == "JobFolderGone":  # runtime/launch_env.py: not the command's fault
+        message = f"FAILED: {text}. Next: relaunch the job"
+        return Outcome("finish", message, JobStatus.FAILED, "user")
     if kind == "FileNotFoundError":
         message = (
             f"FAILED: command not found: {program!r}."

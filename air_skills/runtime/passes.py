@@ -23,7 +23,14 @@ from air_skills import settings
 from air_skills.gpu.providers import provider
 from air_skills.runtime import pass_queries as q
 from air_skills.runtime import proc
-from air_skills.runtime.outcomes import MAX_INFRA_RETRIES, AttemptEnd, InfraFailure, classify
+from air_skills.runtime.outcomes import (
+    MAX_INFRA_RETRIES,
+    AttemptEnd,
+    InfraFailure,
+    classify,
+    start_failed,
+)
+from air_skills.runtime.run_end import record_without_supervisor
 from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
 from air_skills.runtime.signals import POKE_SIGNAL
 from air_skills.runtime.spawn import prestart_launch, spawn_supervisor
@@ -226,13 +233,20 @@ def act_on_pass(store: Store, result: PassResult) -> None:
             except ProcessLookupError:
                 pass
     registered: list[tuple[str, tuple[int, str], tuple[int, str] | None, str]] = []
+    failed = False
     for job_id in result.started:
         if job_id == result.caller_job or (job_id in result.to_idle and job_id not in lost):
             continue
         row = store.row(job_id)
         if row is None or row["status"] != "RUNNING" or row["supervisor_pid"] is not None:
             continue  # settled meanwhile by another process
-        launch = prestart_launch(store.home, row)
+        try:
+            launch = prestart_launch(store.home, row)
+        except Exception as exc:  # that job's start failed (its folder gone): that job only
+            program = json.loads(row["spec"])["command"][0]
+            outcome = start_failed(type(exc).__name__, str(exc), program)
+            failed |= record_without_supervisor(store, row, outcome)
+            continue
         pids = spawn_supervisor(store.home, job_id, launch)
         if pids is not None:
             sup, job = pids
@@ -249,6 +263,8 @@ def act_on_pass(store: Store, result: PassResult) -> None:
         with store.tx() as c:
             for job_id, sup_ids, job_ids, message in registered:
                 store.set_processes(c, job_id, sup_ids, job_ids, message)
+    if failed:  # the GPUs of a job that could not start go to the next in the queue
+        schedule_pass(store)
 
 
 def schedule_pass(store: Store, new_job: str | None = None) -> list[str]:
@@ -347,9 +363,4 @@ def _settle_lost(store: Store, row: sqlite3.Row, what: str) -> int:
         infra_retries=row["infra_retries"],
         max_infra_retries=MAX_INFRA_RETRIES,
     )
-    with store.tx() as c:
-        current = store.row_in(c, job_id)
-        if current is None or current["status"] != "RUNNING":
-            return 0
-        store.record_outcome(job_id, classify(end), c=c)
-    return 1
+    return int(record_without_supervisor(store, row, classify(end)))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import time
+from collections.abc import Collection
 
 
 def start_time(pid: int) -> str | None:
@@ -51,3 +54,116 @@ def own_start() -> str:
     if _own_start is None:
         _own_start = start_time(os.getpid()) or ""
     return _own_start
+
+
+# --- a job's whole process tree: the supervisor as child subreaper, and the sweep --------------
+
+_PR_SET_CHILD_SUBREAPER = 36
+_subreaper = False
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux), instead of init.
+
+    A job's child that leaves the job's process group (``setsid``) and outlives its parent is
+    then still ours to find and end. Kept across exec; not inherited by children.
+    """
+    global _subreaper
+    if not _subreaper and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            _subreaper = False
+    return _subreaper
+
+
+def is_subreaper() -> bool:
+    return _subreaper
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[1])
+
+
+def _is_supervisor(pid: int) -> bool:
+    """Whether ``pid`` runs another job's supervisor (its tree is that supervisor's to end)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"air_skills.runtime.supervisor" in f.read()
+    except OSError:
+        return False
+
+
+def descendants(root: int, spare: Collection[int] = ()) -> tuple[list[int], list[int]]:
+    """(live, zombie) descendants of ``root``, not descending into ``spare`` pids or into
+    other supervisors (which an orphaned double fork hands to a subreaper)."""
+    parents: dict[int, list[int]] = {}
+    states: dict[int, str] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        st = _stat(int(name))
+        if st is not None:
+            states[int(name)] = st[0]
+            parents.setdefault(st[1], []).append(int(name))
+    live: list[int] = []
+    zombies: list[int] = []
+    todo = list(parents.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        if pid in spare:
+            continue
+        if states.get(pid) == "Z":
+            zombies.append(pid)
+            continue
+        if _is_supervisor(pid):
+            continue
+        live.append(pid)
+        todo.extend(parents.get(pid, ()))
+    return live, zombies
+
+
+def reap_children(keep: Collection[int] = ()) -> None:
+    """Reap this process's exited children except ``keep`` (an adopted orphan, once ended,
+    would otherwise stay a zombie); never ``waitpid(-1)``: that could take the job's status."""
+    _, zombies = descendants(os.getpid(), keep)
+    for pid in zombies:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass  # not our child: its own parent reaps it
+
+
+def sweep_descendants(spare: Collection[int] = (), rounds: int = 50) -> int:
+    """SIGKILL every descendant of this process except ``spare`` and other supervisors'
+    trees; returns how many were killed. Repeated while any are left: a killed process's
+    children come to this process (a subreaper) and are found on the next round."""
+    killed = 0
+    me = os.getpid()
+    for _ in range(rounds):
+        live, zombies = descendants(me, spare)
+        for pid in zombies:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        if not live:
+            break
+        for pid in live:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+    return killed

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
+from air_skills.runtime.outcomes import Outcome
 from air_skills.runtime.store import Store
 from air_skills.runtime.summary_block import parse_summary, read_tail
 from air_skills.status import JobStatus
@@ -63,3 +66,25 @@ def end_run(
     except Exception as exc:
         message += f" (MLflow run not ended: {str(exc)[:120]})"
     return message
+
+
+def record_without_supervisor(store: Store, row: Any, outcome: Outcome) -> bool:
+    """Record the outcome of a RUNNING job that no supervisor will settle (it died, or the
+    command could not be started), and end its MLflow run when the job ends.
+
+    Only if the job is still RUNNING: of two processes that settle it, one writes. Returns
+    whether this one did.
+    """
+    job_id = row["job_id"]
+    with store.tx() as c:
+        current: sqlite3.Row | None = store.row_in(c, job_id)
+        if current is None or current["status"] != "RUNNING":
+            return False
+        store.record_outcome(job_id, outcome, c=c)
+    if outcome.action == "finish" and outcome.status is not None:
+        # After the commit: the GPUs are free at once; the run's end is best effort.
+        spec = json.loads(current["spec"])
+        note = end_run(store, current, spec, outcome.status, "", None)
+        if note:
+            store.append_message(job_id, note)
+    return True

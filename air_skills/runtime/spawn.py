@@ -12,6 +12,7 @@ from typing import Any
 
 from air_skills.gpu.providers import provider
 from air_skills.home import job_dir
+from air_skills.runtime import proc
 from air_skills.runtime.launch_env import command_launch
 from air_skills.runtime.signals import POKE_SIGNAL, wait_exit
 
@@ -56,6 +57,8 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
             # for here (until exec, which resets them; the command starts with defaults too).
             for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
                 signal.signal(signum, signal.SIG_DFL)
+            # Before the command starts: whatever it leaves behind (setsid) comes back to us.
+            proc.become_subreaper()
             if launch is not None:
                 os.close(read_end)
                 job_pid = 0
@@ -76,7 +79,10 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
                 if job_pid:
                     wait_exit(job_pid, SUPERVISOR_DEFER_S)
             null = os.open(os.devnull, os.O_RDWR)
-            err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError:  # the job's folder is gone: the supervisor still records why
+                err = null
             os.dup2(null, 0)
             os.dup2(null, 1)
             os.dup2(err, 2)

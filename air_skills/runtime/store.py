@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from air_skills.home import LAUNCH_ENV, job_dir
+from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_job_env
 from air_skills.runtime.outcomes import Outcome
 from air_skills.runtime.pool_store import PoolStore
 from air_skills.status import PRIORITY_RANK, JobStatus
@@ -56,6 +56,7 @@ class Store(PoolStore):
         """
         now = time.time()
         key = spec.get("idempotency_key")
+        spec = self._keep_env_names(spec, job_id)
         with self._maybe_tx(c) as c:
             if key:
                 row = c.execute(
@@ -91,6 +92,19 @@ class Store(PoolStore):
             )
             self._event(c, job_id, "queued", "job queued")
         return job_id, True
+
+    def _keep_env_names(self, spec: Mapping[str, Any], job_id: str) -> Mapping[str, Any]:
+        """The spec to store: its ``env`` values (API keys) go to the job's folder, owner-only,
+        and are deleted when it ends; the record keeps only the names.
+
+        Local jobs only: the Ray backend still reads the values from the record.
+        """
+        env = spec.get("env")
+        jdir = job_dir(self.home, job_id)
+        if not env or spec.get("backend", "local") != "local" or not jdir.is_dir():
+            return spec
+        write_job_env(jdir, dict(env))
+        return {**spec, "env": dict.fromkeys(env, "")}
 
     def row(self, job_id: str) -> sqlite3.Row | None:
         rows = self.read("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
@@ -225,7 +239,9 @@ class Store(PoolStore):
             if cur.rowcount:
                 self._event(cx, job_id, status.value.lower(), message)
                 # The launch environment may hold secrets: an ended job needs it no more.
-                (job_dir(self.home, job_id) / LAUNCH_ENV).unlink(missing_ok=True)
+                jdir = job_dir(self.home, job_id)
+                (jdir / LAUNCH_ENV).unlink(missing_ok=True)
+                (jdir / JOB_ENV).unlink(missing_ok=True)
             return bool(cur.rowcount)
 
     def requeue(
@@ -302,6 +318,11 @@ class Store(PoolStore):
             c=c,
         )
 
+    def append_message(self, job_id: str, note: str) -> None:
+        """Add a note to the job's message, whatever its status (e.g. after its end)."""
+        with self.tx() as c:
+            c.execute("UPDATE jobs SET message = message || ? WHERE job_id=?", (note, job_id))
+
     def event(self, job_id: str | None, kind: str, message: str) -> None:
         with self.tx() as c:
             self._event(c, job_id, kind, message)
@@ -335,6 +356,14 @@ class Store(PoolStore):
         return self.rows(
             "WHERE backend=? AND status IN ('QUEUED','RUNNING') ORDER BY seq", (backend,)
         )
+
+    def supervisor_pids(self) -> set[int]:
+        """The pids of every supervisor on record, running a job or idle."""
+        rows = self.read(
+            "SELECT supervisor_pid AS pid FROM jobs WHERE status='RUNNING'"
+            " AND supervisor_pid IS NOT NULL UNION SELECT pid FROM idle_supervisors"
+        )
+        return {r["pid"] for r in rows}
 
     def running_rows(self, backend: str | None = None) -> list[sqlite3.Row]:
         """RUNNING jobs (of one backend, or all)."""

@@ -47,6 +47,7 @@ POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll 
 # POKE_SIGNAL arrived: read the state now. One flag for the process, so that a poke that comes
 # while one job hands over to the next is not lost (a stale one costs one read).
 _POKED = threading.Event()
+_CHILD_EXITED = threading.Event()  # SIGCHLD: a child ended (the job, or an adopted orphan)
 
 
 # A command that ends within this time of its start is not put on record as running (its end
@@ -97,6 +98,7 @@ class Supervisor:
         self.infra_faults: list[GpuFault] = []
         self.timed_out = False
         self._warm: threading.Thread | None = None
+        self._recheck = False  # the job ended: its data inputs are to be re-checked
 
     # --- the whole life of one attempt ----------------------------------------------------
 
@@ -120,7 +122,21 @@ class Supervisor:
             self._warm = threading.Thread(target=warm_mlflow, args=(self.home, row), daemon=True)
             self._warm.start()
         self._attempt(row)
-        return self._commit()
+        started = self._commit()
+        self._recheck_data()
+        return started
+
+    def _recheck_data(self) -> None:
+        """After the job's end is recorded: did its data inputs change while it ran?"""
+        if not self._recheck:
+            return
+        from air_skills.tracking.data import exit_note
+
+        if self._warm is not None:  # exit_note may import MLflow: one thread at a time
+            self._warm.join(timeout=60)
+        note = exit_note(self.home, self.spec["data"], self.row["run_id"])
+        if note:
+            self.store.append_message(self.job_id, note)
 
     def _commit(self) -> Started | None:
         """Record the attempt's end and run a scheduling pass, in one transaction.
@@ -155,10 +171,10 @@ class Supervisor:
         When the quick preflight finds anything (or a deep one is asked for), the command
         waits for _attempt, which runs the full preflight first.
         """
-        launch = prestart_launch(self.home, row)
-        if launch is None:
-            return Started(row)
         try:
+            launch = prestart_launch(self.home, row)
+            if launch is None:
+                return Started(row)
             child = launch.popen()
         except Exception as exc:  # recorded by _attempt_started, as when it starts it
             return Started(row, error=f"{type(exc).__name__}:{exc}")
@@ -252,6 +268,9 @@ class Supervisor:
             if rc is not None:
                 return rc
             now = time.monotonic()
+            if _CHILD_EXITED.is_set():  # an adopted orphan ended: reap it (not the job)
+                _CHILD_EXITED.clear()
+                proc.reap_children(keep=(child.pid,))
             if _POKED.is_set():  # a stop request was recorded: read it now
                 _POKED.clear()
                 next_db_check = now
@@ -295,8 +314,11 @@ class Supervisor:
 
     def _record_exit(self, rc: int) -> None:
         assert self.child is not None
-        # Whatever the command left behind in its group goes with it.
+        # Whatever the command left behind in its group goes with it, and (this process being
+        # their subreaper) whatever left the group: a `setsid` child must not keep its GPU.
         proc.kill_group(self.child.pid, signal.SIGKILL)
+        if proc.is_subreaper():
+            proc.sweep_descendants(spare=self.store.supervisor_pids())
         row = self.store.row(self.job_id)
         stop = row["stop_request"] if row else None
         # A stop request outranks the faults (outcomes.py): then no GPU is cordoned either.
@@ -344,14 +366,12 @@ class Supervisor:
         """Keep the outcome for _commit; a job that ends gets its data and MLflow notes first."""
         if outcome.action == "finish":
             assert outcome.status is not None
-            message = outcome.message
-            if self.spec.get("data"):  # inputs fingerprinted again: did the job's data change?
-                from air_skills.tracking.data import exit_note
-
-                if self._warm is not None:  # exit_note may import MLflow: one thread at a time
-                    self._warm.join(timeout=60)
-                message += exit_note(self.home, self.spec["data"], self.row["run_id"])
-            message = end_run(self.store, self.row, self.spec, outcome.status, message, self._warm)
+            # The data inputs are fingerprinted again once the end is recorded and the GPUs
+            # are free (_recheck_data): a re-read must not hold them.
+            self._recheck = bool(self.spec.get("data"))
+            message = end_run(
+                self.store, self.row, self.spec, outcome.status, outcome.message, self._warm
+            )
             outcome = Outcome(
                 "finish",
                 message,
@@ -375,6 +395,8 @@ def main(argv: list[str] | None = None) -> None:
     home = Path(settings.get("AIR_HOME"))  # set by the spawner
     job_pid = options.get("--job-pid")
     signals.install_wakeup()
+    if proc.become_subreaper():  # the spawner set it already (kept across exec): note it
+        signal.signal(signal.SIGCHLD, lambda *_: _CHILD_EXITED.set())
     store = Store(home)
     try:
         sup = Supervisor(

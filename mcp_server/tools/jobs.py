@@ -9,6 +9,7 @@ tool schemas); each returns a compact reply model (``mcp_server.schemas``) and r
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,7 @@ FAILED_TAIL_CHARS = 1_000
 MAX_CONFIG_BYTES = 1_000_000
 MAX_WAIT_S = 600.0
 PROGRESS_HEARTBEAT_S = 5.0
+CURSOR_RE = re.compile(r"[0-9]{1,18}")
 
 
 # --- parameter types, shared by the functions and their tool schemas -------------------------
@@ -203,6 +205,13 @@ def list_jobs(
 
     Call get_job for the details of one.
     """
+    # The client's own check (str.isdigit) lets "²" and 40-digit numbers through to int() and
+    # SQLite: a cursor is what next_cursor gave, a row number of at most 18 ASCII digits.
+    if cursor is not None and not CURSOR_RE.fullmatch(cursor):
+        raise InvalidInput(
+            f"bad cursor {cursor[:40]!r}: not a next_cursor from list_jobs",
+            hint="pass next_cursor exactly as the previous page gave it, or no cursor",
+        )
     page = client.list(status=status, experiment=experiment, limit=limit, cursor=cursor)
     return JobPage(
         items=[
@@ -275,6 +284,49 @@ class WaitAborted(Exception):
 ProgressFn = Callable[[int, int, str], None]
 
 
+class WaitProgress:
+    """What a wait reports: (ended, total, message) on a status change, and every few seconds."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._key: tuple[str, ...] | None = None
+        self._at = 0.0
+        self._lock = threading.Lock()
+
+    def update(self, infos: list[JobInfo]) -> tuple[int, int, str] | None:
+        """The progress to send for these infos, or None when it would repeat the last one."""
+        key = tuple(i.status.value for i in infos)
+        now = time.monotonic()
+        with self._lock:
+            if key == self._key and now - self._at < PROGRESS_HEARTBEAT_S:
+                return None
+            self._key, self._at = key, now
+        counts: dict[str, int] = {}
+        for i in infos:
+            counts[i.status.value] = counts.get(i.status.value, 0) + 1
+        ended = sum(i.status.is_terminal() for i in infos)
+        return ended, self.total, ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def wait_is_over(infos: list[JobInfo], mode: str) -> bool:
+    """Whether any (mode "any") or all of the jobs have ended."""
+    ended = [i.status.is_terminal() for i in infos]
+    return any(ended) if mode == "any" else all(ended)
+
+
+def wait_check(client: Client, ids: list[str], mode: str) -> list[JobInfo]:
+    """One look at the jobs (no waiting): their infos; an unknown id is refused."""
+    try:
+        return client.wait(ids, timeout_s=0, any=(mode == "any"))
+    except NotFound as exc:
+        raise job_not_found(exc) from None
+
+
+def wait_reply(client: Client, infos: list[JobInfo], mode: str) -> WaitReply:
+    done = wait_is_over(infos, mode)
+    return WaitReply(done=done, timed_out=not done, jobs=[_reply(client, i) for i in infos])
+
+
 def wait_for_jobs(
     client: Client,
     job_ids: JobIds,
@@ -294,36 +346,25 @@ def wait_for_jobs(
     normally with timed_out=true: call it again to keep waiting.
     """
     # (on_progress gets (ended, total, message) when a status changes, and every few seconds;
-    # setting `stop` ends the wait with WaitAborted: the caller went away.)
+    # setting `stop` ends the wait with WaitAborted: the caller went away. The MCP server runs
+    # the async twin in mcp_server.waiting instead, which holds no thread while it waits.)
     ids = list(dict.fromkeys(job_ids))
-    total = len(ids)
-    last: dict[str, Any] = {"key": None, "at": 0.0}
-    lock = threading.Lock()
+    tracker = WaitProgress(len(ids))
 
     def progress(infos: list[JobInfo]) -> None:
         if stop is not None and stop.is_set():
             raise WaitAborted()
         if on_progress is None:
             return
-        ended = [i for i in infos if i.status.is_terminal()]
-        key = tuple(i.status.value for i in infos)
-        now = time.monotonic()
-        with lock:
-            if key == last["key"] and now - last["at"] < PROGRESS_HEARTBEAT_S:
-                return
-            last["key"], last["at"] = key, now
-        counts: dict[str, int] = {}
-        for i in infos:
-            counts[i.status.value] = counts.get(i.status.value, 0) + 1
-        on_progress(len(ended), total, ", ".join(f"{n} {s}" for s, n in counts.items()))
+        update = tracker.update(infos)
+        if update is not None:
+            on_progress(*update)
 
     try:
         infos = client.wait(ids, timeout_s=timeout_s, any=(mode == "any"), on_progress=progress)
     except NotFound as exc:
         raise job_not_found(exc) from None
-    ended = [i.status.is_terminal() for i in infos]
-    done = any(ended) if mode == "any" else all(ended)
-    return WaitReply(done=done, timed_out=not done, jobs=[_reply(client, i) for i in infos])
+    return wait_reply(client, infos, mode)
 
 
 def cancel_job(

@@ -37,6 +37,25 @@ def _study_api() -> Any:
     return api
 
 
+def _not_text(exc: UnicodeDecodeError) -> InvalidInput:
+    """A study file or journal that is not UTF-8: the caller's input, not a server crash."""
+    return InvalidInput(
+        f"a study file is not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r}"
+        f" at offset {exc.start})",
+        hint="give a study folder whose study.yaml and journal.jsonl are UTF-8 text",
+    )
+
+
+def _study_call(name: str, *args: Any, **kwargs: Any) -> StudyReply:
+    """``autoresearch.api.<name>(*args, **kwargs)`` as a reply; undecodable files are refused."""
+    # The journal and study readers decode without catching UnicodeDecodeError (autoresearch's
+    # to fix); until they do, it is caught here so that it reads as bad input, not a crash.
+    try:
+        return _study_reply(getattr(_study_api(), name)(*args, **kwargs))
+    except UnicodeDecodeError as exc:
+        raise _not_text(exc) from None
+
+
 def _study_reply(result: Any) -> StudyReply:
     return StudyReply.model_validate(json.loads(json.dumps(result, default=str)))
 
@@ -68,12 +87,12 @@ def start_study(
             hint="pass study_file='studies/x.yaml' or study={name:..., command:..., ...}",
         )
     source = study_file if study_file is not None else study
-    return _study_reply(_study_api().start_study(source, study_dir, resume=resume))
+    return _study_call("start_study", source, study_dir, resume=resume)
 
 
 def get_study(client: Client, study: StudyDir) -> StudyReply:
     """Where a study stands, compactly: state, best trial so far, trials running, budget left."""
-    return _study_reply(_study_api().get_study(study))
+    return _study_call("get_study", study)
 
 
 def suggest_trials(
@@ -92,7 +111,7 @@ def suggest_trials(
     For an agent that wants to decide itself: launch the ones it likes with launch_job. With
     an LLM proposer this spends from the study's llm_usd budget.
     """
-    return _study_reply(_study_api().suggest_trials(study, n=n))
+    return _study_call("suggest_trials", study, n=n)
 
 
 def stop_study(
@@ -104,10 +123,9 @@ def stop_study(
     ] = True,
 ) -> StudyReply:
     """Stop a running study (and its running trials); the journal is kept: it can be resumed."""
-    stop = _study_api().stop_study
     kwargs: dict[str, Any] = {"cancel_running": cancel_running}
-    if reason and "reason" in inspect.signature(stop).parameters:
+    if reason and "reason" in inspect.signature(_study_api().stop_study).parameters:
         kwargs["reason"] = reason
     elif reason:  # this autoresearch version journals no reason: the server's log keeps it
         log.info("stop_study %s: %s", study, reason)
-    return _study_reply(stop(study, **kwargs))
+    return _study_call("stop_study", study, **kwargs)

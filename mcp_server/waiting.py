@@ -1,0 +1,129 @@
+"""wait_for_jobs as an async MCP tool: it sleeps on the event loop, not on a worker thread.
+
+The SDK runs every synchronous tool on anyio's shared pool of 40 threads. A wait that blocked
+one of them for minutes let 40 legitimate waits starve every other tool (cancel_job included).
+Here a wait holds no thread between looks: each look is a short synchronous check on a small
+pool of its own, and the wait sleeps with ``anyio.sleep`` in between. A session may have at
+most ``MAX_WAITS_PER_SESSION`` waits at once; beyond that a call gets ``[too-many-waits]``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import anyio
+import anyio.to_thread
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import CallToolResult, ToolAnnotations
+
+from air_skills.client import Client
+from air_skills.errors import AirError
+from mcp_server import tools
+from mcp_server.adapter import describe, error_result, forbid_extra, ok_result
+from mcp_server.render import render_wait
+from mcp_server.schemas import WaitReply
+from mcp_server.tools.jobs import WaitProgress, wait_check, wait_is_over, wait_reply
+
+MAX_WAITS_PER_SESSION = 64
+CHECK_THREADS = 4  # looks at the store run here, so waits never take the shared pool
+FIRST_DELAY_S = 0.02
+MAX_DELAY_S = 0.5
+
+Report = Callable[[int, int, str], Awaitable[None]]
+
+
+async def wait_async(
+    client: Client,
+    job_ids: list[str],
+    timeout_s: float,
+    mode: str,
+    report: Report | None,
+    limiter: anyio.CapacityLimiter,
+) -> WaitReply:
+    """Wait until any (or all) of the jobs end, up to ``timeout_s``, without holding a thread."""
+    ids = list(dict.fromkeys(job_ids))
+    tracker = WaitProgress(len(ids))
+    deadline = time.monotonic() + timeout_s
+    delay = FIRST_DELAY_S
+    while True:
+        infos = await anyio.to_thread.run_sync(wait_check, client, ids, mode, limiter=limiter)
+        update = tracker.update(infos)
+        if report is not None and update is not None:
+            await report(*update)
+        left = deadline - time.monotonic()
+        if wait_is_over(infos, mode) or left <= 0:
+            break
+        await anyio.sleep(min(delay, left))
+        delay = min(delay * 1.5, MAX_DELAY_S)
+    return await anyio.to_thread.run_sync(wait_reply, client, infos, mode, limiter=limiter)
+
+
+class WaitSlots:
+    """Counts each session's waits in progress; refuses one beyond the cap."""
+
+    def __init__(self, cap: int | None = None) -> None:
+        self.cap = cap or MAX_WAITS_PER_SESSION
+        self._held: Counter[int] = Counter()
+
+    @contextmanager
+    def take(self, session: object) -> Iterator[None]:
+        key = id(session)  # the key lives only while the session has a wait in progress
+        if self._held[key] >= self.cap:
+            raise AirError(
+                f"this session already has {self.cap} wait_for_jobs calls in progress",
+                code="too-many-waits",
+                hint="wait for several jobs in one call (job_ids takes up to 100), or let a"
+                " wait end first",
+            )
+        self._held[key] += 1
+        try:
+            yield
+        finally:
+            self._held[key] -= 1
+            if not self._held[key]:
+                del self._held[key]
+
+
+def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
+    """wait_for_jobs as a Tool: the schema of ``tools.wait_for_jobs``, progress as notifications."""
+    sig = inspect.signature(tools.wait_for_jobs, eval_str=True)
+    params = [p for n, p in sig.parameters.items() if n not in ("client", "on_progress", "stop")]
+    slots = WaitSlots()
+    pool: list[anyio.CapacityLimiter] = []  # made on first use: a limiter needs an event loop
+
+    async def call(ctx: Context, **kwargs: Any) -> CallToolResult:
+        if not pool:
+            pool.append(anyio.CapacityLimiter(CHECK_THREADS))
+        try:
+            with slots.take(ctx.session):
+                reply = await wait_async(
+                    client,
+                    kwargs["job_ids"],
+                    kwargs.get("timeout_s", sig.parameters["timeout_s"].default),
+                    kwargs.get("mode", sig.parameters["mode"].default),
+                    ctx.report_progress,
+                    pool[0],
+                )
+        except AirError as exc:
+            return error_result(exc)
+        return ok_result(reply, render_wait(reply))
+
+    ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*params, ctx_param], return_annotation=Annotated[CallToolResult, WaitReply]
+    )
+    call.__name__ = "wait_for_jobs"
+    tool = Tool.from_function(
+        call,
+        name="wait_for_jobs",
+        title="Wait for jobs",
+        description=describe(tools.wait_for_jobs),
+        annotations=annotations,
+    )
+    return forbid_extra(tool)
