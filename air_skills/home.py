@@ -85,6 +85,17 @@ def write_launch_env(jdir: Path) -> None:
         json.dump(dict(os.environ), f)
 
 
+FOLDER_RECORD = "record.json"  # in the job's folder: what rebuilds its record if air.db is lost
+
+
+def write_folder_record(jdir: Path, record: dict[str, object]) -> None:
+    """Keep the job's record (spec without env values) in its folder; skipped without one."""
+    try:
+        (jdir / FOLDER_RECORD).write_text(json.dumps(record, separators=(",", ":")))
+    except OSError:
+        pass  # no folder (a record made without one): nothing to rebuild it from
+
+
 JOB_ENV = "job_env.json"  # in the job's folder: the values of the spec's ``env``
 
 

@@ -4,7 +4,8 @@ The SDK runs every synchronous tool on anyio's shared pool of 40 threads. A wait
 one of them for minutes let 40 legitimate waits starve every other tool (cancel_job included).
 Here a wait holds no thread between looks: each look is a short synchronous check on a small
 pool of its own, and the wait sleeps with ``anyio.sleep`` in between. A session may have at
-most ``MAX_WAITS_PER_SESSION`` waits at once; beyond that a call gets ``[too-many-waits]``.
+most ``MAX_WAITS_PER_SESSION`` waits at once (the server ``MAX_WAITS_IN_ALL``); beyond that a
+call gets ``[too-many-waits]``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mcp_server.schemas import WaitReply
 from mcp_server.tools.jobs import WaitProgress, wait_check, wait_is_over, wait_reply
 
 MAX_WAITS_PER_SESSION = 64
+MAX_WAITS_IN_ALL = 256
 CHECK_THREADS = 4  # looks at the store run here, so waits never take the shared pool
 FIRST_DELAY_S = 0.02
 MAX_DELAY_S = 0.5
@@ -65,18 +67,21 @@ async def wait_async(
 
 
 class WaitSlots:
-    """Counts each session's waits in progress; refuses one beyond the cap."""
+    """Counts the waits in progress, per session and in all; refuses one beyond either cap."""
 
-    def __init__(self, cap: int | None = None) -> None:
+    def __init__(self, cap: int | None = None, total: int | None = None) -> None:
         self.cap = cap or MAX_WAITS_PER_SESSION
-        self._held: Counter[int] = Counter()
+        self.total = total or MAX_WAITS_IN_ALL
+        self._held: Counter[str | None] = Counter()
 
     @contextmanager
-    def take(self, session: object) -> Iterator[None]:
-        key = id(session)  # the key lives only while the session has a wait in progress
-        if self._held[key] >= self.cap:
+    def take(self, key: str | None) -> Iterator[None]:
+        """Hold a slot of session ``key`` for the wait; a key lives only while it holds one."""
+        if self._held[key] >= self.cap or sum(self._held.values()) >= self.total:
+            held = self._held[key] if self._held[key] >= self.cap else sum(self._held.values())
             raise AirError(
-                f"this session already has {self.cap} wait_for_jobs calls in progress",
+                f"{held} wait_for_jobs calls are already in progress"
+                + (" in this session" if self._held[key] >= self.cap else " on this server"),
                 code="too-many-waits",
                 hint="wait for several jobs in one call (job_ids takes up to 100), or let a"
                 " wait end first",
@@ -90,6 +95,15 @@ class WaitSlots:
                 del self._held[key]
 
 
+def _session_key(ctx: Context) -> str | None:
+    """The MCP session a call came on (its id), or None for calls that have no session."""
+    # The SDK builds a ServerSession per request; the connection behind it carries the
+    # session id of a stateful HTTP or stdio session. Requests of the newer single-exchange
+    # protocol have none: they share one key, so the cap still bounds them together.
+    connection = getattr(ctx.session, "_connection", None)
+    return getattr(connection, "session_id", None)
+
+
 def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
     """wait_for_jobs as a Tool: the schema of ``tools.wait_for_jobs``, progress as notifications."""
     sig = inspect.signature(tools.wait_for_jobs, eval_str=True)
@@ -101,7 +115,7 @@ def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
         if not pool:
             pool.append(anyio.CapacityLimiter(CHECK_THREADS))
         try:
-            with slots.take(ctx.session):
+            with slots.take(_session_key(ctx)):
                 reply = await wait_async(
                     client,
                     kwargs["job_ids"],

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from air_skills.cli.output import JsonOpt, client, emit_json, err, handle_errors, out
+from air_skills.cli.output import JsonOpt, client, emit_json, err, handle_errors, out, plain, say
 
 quota_app = typer.Typer(help="Per-project GPU quotas.", no_args_is_help=True)
 skills_app = typer.Typer(
@@ -27,9 +28,9 @@ def quota_set(
     if as_json:
         emit_json(result)
     else:
-        out.print(f"project {project}: quota {gpus_} GPUs")
+        say(out, f"project {project}: quota {gpus_} GPUs")
         if result.get("warning"):
-            err.print(f"[yellow]warning[/]: {result['warning']}")
+            say(err, Text.assemble(("warning", "yellow"), f": {result['warning']}"))
 
 
 @quota_app.command("ls")
@@ -49,9 +50,10 @@ def quota_ls(as_json: bool = JsonOpt) -> None:
         t.add_column(col)
     for r in rows:
         quota = "-" if r["quota"] is None else str(r["quota"])
-        t.add_row(r["project"], quota, str(r["in_use"]), str(r["borrowing"]), str(r["queued"]))
+        cells = (r["project"], quota, r["in_use"], r["borrowing"], r["queued"])
+        t.add_row(*map(plain, cells))
     out.print(t)
-    out.print(f"projects without a quota (-) share {shared_gpus(c.store)} GPUs", highlight=False)
+    say(out, f"projects without a quota (-) share {shared_gpus(c.store)} GPUs")
 
 
 @quota_app.command("rm")
@@ -61,7 +63,7 @@ def quota_rm(project: str = typer.Argument(...), as_json: bool = JsonOpt) -> Non
     from air_skills.quotas import remove_quota
 
     result = remove_quota(client().store, project)
-    emit_json(result) if as_json else out.print(f"project {project}: quota removed")
+    emit_json(result) if as_json else say(out, f"project {project}: quota removed")
 
 
 @skills_app.command("install")
@@ -80,8 +82,8 @@ def skills_install(
         emit_json(written)
     else:
         for item in written["files"]:
-            out.print(f"{item['action']:>9}  {item['path']}", highlight=False, markup=False)
-        err.print(f"skills: {', '.join(written['skills'])} in {written['dir']}", markup=False)
+            say(out, f"{item['action']:>9}  {item['path']}")
+        say(err, f"skills: {', '.join(written['skills'])} in {written['dir']}")
 
 
 @handle_errors
@@ -97,7 +99,7 @@ def mcp_config(
     if as_json:
         emit_json(result)
     else:
-        out.print(result["text"], highlight=False, markup=False)
+        say(out, result["text"])
         if write:
             backup = result.get("backup") or "none"
-            err.print(f"{result['action']}: {result['path']} (backup: {backup})", markup=False)
+            say(err, f"{result['action']}: {result['path']} (backup: {backup})")

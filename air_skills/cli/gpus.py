@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from air_skills.cli.output import (
     JsonOpt,
@@ -13,6 +13,8 @@ from air_skills.cli.output import (
     handle_errors,
     handle_errors_diagnosing,
     out,
+    plain,
+    say,
 )
 
 
@@ -27,29 +29,30 @@ def gpus(as_json: bool = JsonOpt) -> None:
         emit_json(items)
         return
     if not items:
-        out.print(f"no GPUs: {provider().note}. CPU jobs (--gpus 0) still run.")
+        say(out, f"no GPUs: {provider().note}. CPU jobs (--gpus 0) still run.")
         return
     holders = c.holders() if hasattr(c, "holders") else {}
-    t = Table(title=provider().note)
+    t = Table(title=plain(provider().note))
     for col in ("gpu", "name", "memory", "health", "cordoned", "jobs", "reason"):
         t.add_column(col)
     for g in items:
-        health = "[green]ok[/]" if g.health == "ok" else "[red]unhealthy[/]"
+        health = plain("ok", "green") if g.health == "ok" else plain("unhealthy", "red")
+        # Holders are shown by job name: job-derived text, never markup.
         jobs_text = ", ".join(holders.get(j, j) for j in g.job_ids) or "-"
         t.add_row(
-            str(g.index),
-            g.name,
-            f"{g.memory_mb // 1024} GiB",
+            plain(g.index),
+            plain(g.name),
+            plain(f"{g.memory_mb // 1024} GiB"),
             health,
-            "[red]yes[/]" if g.cordoned else "no",
-            jobs_text,
-            escape(g.reason or ""),
+            plain("yes", "red") if g.cordoned else plain("no"),
+            plain(jobs_text),
+            plain(g.reason or ""),
         )
     out.print(t)
     from air_skills.gpu.doctor import pool_notes
 
     for line in pool_notes(items):
-        out.print(line, highlight=False, markup=False)
+        say(out, line)
 
 
 @handle_errors
@@ -60,7 +63,7 @@ def cordon(
 ) -> None:
     """Keep a GPU out of the pool."""
     info = client().cordon(gpu, reason)
-    emit_json(info) if as_json else out.print(f"GPU {gpu} cordoned: {reason}")
+    emit_json(info) if as_json else say(out, f"GPU {gpu} cordoned: {reason}")
 
 
 @handle_errors
@@ -74,11 +77,10 @@ def uncordon(
     if as_json:
         emit_json(info)
     elif info.health != "ok":  # only --force gets here while the check fails
-        out.print(
+        say(
+            out,
             f"GPU {gpu} back in the pool, forced past a failing check ({info.reason});"
             " recorded. Each job's preflight still checks it",
-            highlight=False,
-            markup=False,
         )
     else:
         out.print(f"GPU {gpu} back in the pool (its check passes)")
@@ -96,10 +98,15 @@ def doctor(
     if as_json:
         emit_json(report)
         return
+    marks = {"ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "red")}
     for item in report["checks"]:
-        mark = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[red]FAIL[/]"}[
-            item["status"]
-        ]
-        out.print(f"{mark:>5}  [bold]{item['name']}[/]: {item['detail']}", highlight=False)
+        mark, style = marks[item["status"]]
+        # Details hold paths, GPU names and job text: never markup.
+        say(
+            out,
+            Text.assemble(
+                (f"{mark:>5}", style), "  ", (item["name"], "bold"), ": ", item["detail"]
+            ),
+        )
         if item.get("next"):
-            out.print(f"       next: {item['next']}", highlight=False)
+            say(out, f"       next: {item['next']}")

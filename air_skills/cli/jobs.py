@@ -11,19 +11,23 @@ from typing import Any, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperCommand
 
 from air_skills.cli.output import (
-    STATUS_STYLE,
     JsonOpt,
+    check_range,
     client,
     emit_json,
     err,
     handle_errors,
     info_line,
     out,
+    plain,
     print_info,
+    say,
     sparkline,
+    status_text,
     wait_progress,
 )
 from air_skills.errors import InvalidInput, InvalidSpec
@@ -154,7 +158,7 @@ def launch(
     if as_json:
         emit_json(info)
     else:
-        out.print(info_line(info), highlight=False)
+        say(out, info_line(info))
     if watch and not dry_run:
         _follow(c, info.job_id, as_json)
 
@@ -171,6 +175,7 @@ def ls(
     as_json: bool = JsonOpt,
 ) -> None:
     """List jobs, newest first."""
+    check_range("--limit", limit, 1, 1000)
     page = client().list(status=status, experiment=experiment, limit=limit, project=project)
     if as_json:
         emit_json(page.items)
@@ -180,14 +185,14 @@ def ls(
         t.add_column(col, overflow="fold" if col == "message" else "ellipsis")
     for i in page.items:
         t.add_row(
-            i.job_id,
-            i.name[:24],
-            f"[{STATUS_STYLE.get(i.status.value, '')}]{i.status.value}[/]",
-            ",".join(map(str, i.gpus)) or "-",
-            i.project + (" (borrowing)" if i.borrowing else ""),
-            str(i.attempts),
-            i.created_at.strftime("%m-%d %H:%M:%S"),
-            i.message[:80],
+            plain(i.job_id),
+            plain(i.name[:24]),
+            status_text(i),
+            plain(",".join(map(str, i.gpus)) or "-"),
+            plain(i.project + (" (borrowing)" if i.borrowing else "")),
+            plain(i.attempts),
+            plain(i.created_at.strftime("%m-%d %H:%M:%S")),
+            plain(i.message[:80]),
         )
     out.print(t)
     if page.next_cursor:
@@ -212,6 +217,7 @@ def logs(
     as_json: bool = JsonOpt,
 ) -> None:
     """Print a job's output (stdout and stderr)."""
+    check_range("--tail", tail, 0)
     c = client()
     chunk = c.logs(job, tail=tail)
     if as_json and not follow:
@@ -241,7 +247,7 @@ def _follow(c: Any, job_id: str, as_json: bool, offset: int = 0) -> None:
             if as_json:
                 emit_json(info)
             else:
-                err.print(info_line(info), highlight=False)
+                say(err, info_line(info))
             return
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
@@ -255,19 +261,20 @@ def metrics(
     as_json: bool = JsonOpt,
 ) -> None:
     """Latest MLflow metrics of a job; --history KEY for their curve."""
+    check_range("--max-points", max_points, 1)
     m = client().metrics(job, keys=history or None, history=bool(history), max_points=max_points)
     if as_json:
         emit_json(m)
         return
-    t = Table(title=f"{job}  run {m.run_id}")
+    t = Table(title=plain(f"{job}  run {m.run_id}"))
     t.add_column("metric")
     t.add_column("latest", justify="right")
     for k, v in sorted(m.latest.items()):
-        t.add_row(k, f"{v:.6g}")
+        t.add_row(plain(k), plain(f"{v:.6g}"))
     out.print(t)
     for key, points in m.history.items():
-        out.print(f"[bold]{key}[/] ({len(points)} points)")
-        out.print(sparkline([p[1] for p in points]) + f"  {points[0][1]:.4g} → {points[-1][1]:.4g}")
+        say(out, Text.assemble((key, "bold"), f" ({len(points)} points)"))
+        say(out, sparkline([p[1] for p in points]) + f"  {points[0][1]:.4g} → {points[-1][1]:.4g}")
 
 
 @handle_errors
@@ -286,7 +293,7 @@ def compare(
         t.add_column(col)
     for row in table:
         latest = row.get("latest")
-        t.add_row(
+        cells = (
             row["job_id"],
             row["status"],
             json.dumps(row["diff"]) if row["diff"] else "-",
@@ -294,6 +301,7 @@ def compare(
             f"{row['best']:.6g}" if "best" in row else "-",
             str(row.get("step", "-")),
         )
+        t.add_row(*map(plain, cells))  # config values and statuses: never markup
     out.print(t)
 
 
@@ -305,6 +313,7 @@ def wait(
     as_json: bool = JsonOpt,
 ) -> None:
     """Wait until any (or --all) of the jobs end."""
+    check_range("--timeout", timeout, 0)
     c = client()
     if as_json or not sys.stderr.isatty():
         infos = c.wait(jobs, timeout_s=timeout, any=not all_)
@@ -315,7 +324,7 @@ def wait(
         emit_json(infos)
     else:
         for i in infos:
-            out.print(info_line(i), highlight=False)
+            say(out, info_line(i))
 
 
 @handle_errors
@@ -337,7 +346,7 @@ def cancel(
         emit_json(infos[0] if len(infos) == 1 and not all_ else infos)
     else:
         for i in infos:
-            out.print(info_line(i), highlight=False)
+            say(out, info_line(i))
 
 
 @handle_errors
@@ -348,6 +357,7 @@ def ui(
     """Serve the MLflow UI on the default store, on 127.0.0.1."""
     import subprocess
 
+    check_range("--port", port, 1, 65535)
     from air_skills.tracking.mlflow import tracking_uri
 
     uri = tracking_uri(client().home)
@@ -355,7 +365,7 @@ def ui(
     if as_json:
         emit_json({"url": url, "tracking_uri": uri})
     else:
-        out.print(f"MLflow UI for {uri} at [bold]{url}[/] (Ctrl-C to stop)")
+        say(out, Text.assemble(f"MLflow UI for {uri} at ", (url, "bold"), " (Ctrl-C to stop)"))
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     argv = [
         sys.executable,

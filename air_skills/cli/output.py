@@ -7,7 +7,9 @@ vanish. It goes to rich as ``Text`` (``plain``) or printed with ``say``, markup 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from air_skills import settings
-from air_skills.errors import AirError, render_json, render_text
+from air_skills.errors import AirError, InvalidInput, StoreError, render_json, render_text
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -57,6 +59,14 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(_dump(obj), indent=1, default=str) + "\n")
 
 
+def check_range(option: str, value: float | None, least: float, most: float | None = None) -> None:
+    """A numeric option out of range (NaN included) is bad input: exit 2, through the renderer."""
+    if value is None or (value >= least and (most is None or value <= most)):
+        return
+    span = f">= {least}" if most is None else f"from {least} to {most}"
+    raise InvalidInput(f"{option} must be {span}, not {value}", hint=f"give {option} {span}")
+
+
 def handle_errors(fn: Callable[..., Any], *, check_settings: bool = True) -> Callable[..., Any]:
     """Check the AIR_* settings, then run the command; an AirError prints through the one
     renderer (``[code] message`` + ``Next: hint`` on stderr, or JSON on stdout) and exits
@@ -65,18 +75,84 @@ def handle_errors(fn: Callable[..., Any], *, check_settings: bool = True) -> Cal
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            if check_settings:
-                settings.check_all()
-            return fn(*args, **kwargs)
+            try:
+                if check_settings:
+                    settings.check_all()
+                return fn(*args, **kwargs)
+            except (StoreError, OSError) as exc:
+                full = disk_full(exc)
+                if full is None:
+                    raise
+                raise full from exc
         except AirError as exc:
             if kwargs.get("as_json"):
                 sys.stdout.write(render_json(exc) + "\n")
             else:
                 # Plain text (no markup): messages hold paths and brackets.
-                err.print(render_text(exc), highlight=False, markup=False)
+                say(err, render_text(exc))
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
+
+
+FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+NEARLY_FULL_BYTES = 1 << 20  # SQLite reports a full disk as a bare "disk I/O error"
+
+
+def disk_full(exc: BaseException) -> AirError | None:
+    """A ``disk-full`` error naming the path, when ``exc`` (or what caused it) is a full disk
+    or quota; None for every other failure, which keeps its own message and hint."""
+    paths: list[str] = []
+    io_error = False
+    chain: BaseException | None = exc
+    for _ in range(8):  # the chain of causes is short; the bound guards a cycle
+        if chain is None:
+            break
+        if isinstance(chain, OSError):
+            if chain.filename:
+                paths.append(os.fsdecode(chain.filename))
+            if chain.errno in FULL_ERRNOS:
+                return _full_error(paths[-1] if paths else "", chain.errno)
+            io_error = io_error or chain.errno == errno.EIO
+        if isinstance(chain, AirError) and chain.context.get("path"):
+            paths.append(str(chain.context["path"]))
+        sqlite_name = getattr(chain, "sqlite_errorname", "") or ""
+        if sqlite_name == "SQLITE_FULL":
+            return _full_error(paths[-1] if paths else "", errno.ENOSPC)
+        io_error = io_error or sqlite_name.startswith("SQLITE_IOERR")
+        chain = chain.__cause__ or chain.__context__
+    # An I/O error says nothing more: the free space on its disk tells whether it was full.
+    for path in paths if io_error else []:
+        free = _free_bytes(path)
+        if free is not None and free < NEARLY_FULL_BYTES:
+            return _full_error(path, errno.ENOSPC, free)
+    return None
+
+
+def _free_bytes(path: str) -> int | None:
+    """Bytes this user may still write on the disk holding ``path`` (None: unknown)."""
+    probe = os.path.abspath(path)
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe) if probe != "/" else ""
+    try:
+        st = os.statvfs(probe or "/")
+    except OSError:
+        return None
+    return 0 if st.f_favail == 0 and st.f_files else st.f_bavail * st.f_frsize
+
+
+def _full_error(path: str, code: int, free: int | None = None) -> AirError:
+    what = "the disk quota is exceeded" if code == errno.EDQUOT else "the disk is full"
+    where = f" writing {path}" if path else ""
+    left = f" ({free // 1024} KiB free)" if free is not None else ""
+    folder = os.path.dirname(path) or "."
+    return AirError(
+        f"{what}{where}{left}",
+        code="disk-full",
+        hint=f"free space on the disk holding {folder} (see `df -h {folder}`), or set"
+        " AIR_HOME to a folder on another disk, then retry",
+        path=path or None,
+    )
 
 
 def handle_errors_diagnosing(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,9 +176,7 @@ def status_text(info: Any) -> Text:
 
 def info_line(info: Any) -> Text:
     gpus = ",".join(map(str, info.gpus)) or "-"
-    return Text.assemble(
-        f"{info.job_id}  ", status_text(info), f"  gpus={gpus}  {info.message}"
-    )
+    return Text.assemble(f"{info.job_id}  ", status_text(info), f"  gpus={gpus}  {info.message}")
 
 
 def print_info(info: Any) -> None:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_job_env
+from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_folder_record, write_job_env
 from air_skills.runtime.outcomes import Outcome
 from air_skills.runtime.pool_store import PoolStore
 from air_skills.status import PRIORITY_RANK, JobStatus
@@ -91,6 +91,18 @@ class Store(PoolStore):
                 ),
             )
             self._event(c, job_id, "queued", "job queued")
+        write_folder_record(
+            job_dir(self.home, job_id),
+            {
+                "spec": spec,
+                "name": name,
+                "project": project,
+                "run_id": run_id,
+                "experiment_id": experiment_id,
+                "log_path": log_path,
+                "created_at": now,
+            },
+        )
         return job_id, True
 
     def _keep_env_names(self, spec: Mapping[str, Any], job_id: str) -> Mapping[str, Any]:
@@ -101,7 +113,9 @@ class Store(PoolStore):
         """
         env = spec.get("env")
         jdir = job_dir(self.home, job_id)
-        if not env or spec.get("backend", "local") != "local" or not jdir.is_dir():
+        if not env or not any(env.values()) or spec.get("backend", "local") != "local":
+            return spec
+        if not jdir.is_dir():
             return spec
         write_job_env(jdir, dict(env))
         return {**spec, "env": dict.fromkeys(env, "")}
