@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -136,7 +137,7 @@ class Client:
             from air_skills.quotas import check_project
 
             check_project(self.store, project)  # a typo lists the known projects, not an empty page
-        if cursor and not cursor.isdigit():
+        if cursor and not re.fullmatch(r"[0-9]{1,18}", cursor):  # "²".isdigit() is True
             raise InvalidInput(f"bad cursor {cursor!r}", hint="pass next_cursor as given")
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit {limit} out of range", hint="use 1 to 1000")

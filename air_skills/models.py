@@ -10,7 +10,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from air_skills import settings
@@ -138,6 +145,15 @@ class JobSpec(_Strict):
     data: list[DataInput] = Field(default_factory=list)
     track: bool = Field(default=True, description="create an MLflow run for the job")
     deep_preflight: bool = Field(default=False, description="torch matmul/alloc check first")
+    code: Literal["snapshot", "live"] = Field(
+        default="snapshot",
+        description="snapshot: run a private copy of the code as it was at launch; live: the"
+        " workdir itself",
+    )
+    patch: str | None = Field(
+        default=None,
+        description="a unified diff applied to the job's snapshot only (never the user's tree)",
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -192,6 +208,15 @@ class JobSpec(_Strict):
             raise ValueError(f"duplicate data input names: {', '.join(dupes)}")
         return value
 
+    @model_validator(mode="after")
+    def _patch_needs_snapshot(self) -> JobSpec:
+        if self.patch is not None and self.code == "live":
+            raise _refused(
+                "patch_live",
+                "patch applies to a code snapshot: drop `code: live` (or the patch)",
+            )
+        return self
+
     @classmethod
     def parse(cls, data: dict[str, Any] | JobSpec) -> JobSpec:
         """Validate ``data``; raise InvalidSpec listing every problem and the valid fields."""
@@ -209,6 +234,20 @@ class JobSpec(_Strict):
 
     def resolved_project(self) -> str:
         return self.project or settings.get("AIR_PROJECT") or "default"
+
+
+class CodeInfo(BaseModel):
+    """Which code a job runs: its snapshot's digest and where that came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    digest: str
+    commit: str | None = None
+    branch: str | None = None
+    dirty: bool = False
+    files: int = 0
+    patched: bool = False
+    note: str | None = None
 
 
 class JobInfo(BaseModel):
@@ -236,6 +275,7 @@ class JobInfo(BaseModel):
     project: str = "default"
     borrowing: bool = False
     data: list[str] = Field(default_factory=list, description="data inputs as name@digest12")
+    code: CodeInfo | None = Field(default=None, description="the code snapshot; None: live")
 
     @property
     def is_terminal(self) -> bool:

@@ -60,6 +60,17 @@ _TABLE = (
         "the folders that data inputs may come from, separated by `os.pathsep` (`:`)",
         default_text="unset: every data input is refused",
     ),
+    Setting(
+        "AIR_DATA_RECHECK_MAX_MB", "float", 256.0,
+        "MiB of data input content the end-of-job re-check may read (all inputs together);"
+        " past it a changed input is reported from its size and mtime, not read",
+        "a number of MiB >= 0", _at_least(0),
+    ),
+    Setting(
+        "AIR_DATA_RECHECK_MAX_S", "float", 2.0,
+        "seconds the end-of-job re-check of data inputs may take; past them it stops as above",
+        "a number of seconds >= 0", _at_least(0),
+    ),
     # --- GPUs and health ------------------------------------------------------------------
     Setting(
         "AIR_SIMULATED_GPUS", "int", None,
@@ -137,11 +148,30 @@ _TABLE = (
         "jobs submitted after a reserving head that may still overtake it (bounded bypass)",
         "a whole number >= 0", _at_least(0),
     ),
+    # --- code snapshots -------------------------------------------------------------------
+    Setting(
+        "AIR_SNAPSHOT_MAX_FILES", "int", 20000,
+        "the most files a job's code snapshot may hold (a bigger tree is refused, naming its"
+        " biggest files and folders)",
+        "a whole number > 0", _positive,
+    ),
+    Setting(
+        "AIR_SNAPSHOT_MAX_MB", "float", 200.0,
+        "the most megabytes (MiB) a job's code snapshot may hold",
+        "a number of MiB > 0", _positive,
+    ),
     # --- the MCP server -------------------------------------------------------------------
     Setting(
         "AIR_MCP_TOKEN", "str", None,
         "the bearer token that `air-mcp --transport http` requires",
-        default_text="unset: no authentication, loopback only",
+        default_text="unset: a generated token in AIR_HOME/mcp-token (owner-only); loopback only",
+    ),
+    # --- tests ----------------------------------------------------------------------------
+    Setting(
+        "AIR_TEST_CRASH_AT", "str", None,
+        "tests only: the autoresearch loop kills itself (SIGKILL) right after it journals this"
+        " event, so a test can crash it at an exact point",
+        default_text="unset: never",
     ),
 )  # fmt: skip
 
@@ -155,6 +185,7 @@ JOB_ENV: dict[str, str] = {
     "AIR_DATA_DIR": "a folder with one link per data input (`$AIR_DATA_DIR/<name>`)",
     "AIR_ATTEMPT": "the attempt number (raised by each retry or preemption)",
     "AIR_HOME": "the home the job was launched from",
+    "AIR_CODE_DIGEST": "the digest of the job's code snapshot (unset with `code: live`)",
     "AIR_CONFIG_JSON": "Ray only: the config in transit; unset before the command runs",
 }
 

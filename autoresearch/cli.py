@@ -17,6 +17,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from air_skills.errors import AirError, InvalidInput, NotFound, render_json, render_text
 
@@ -27,8 +28,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+# Markup off: trial names, diffs, error lines and paths come from jobs and users, and
+# `[/data/shard-0]` must print as it is, not end (or crash) a rich style. Styles are Text.
+out = Console(markup=False)
+err = Console(stderr=True, markup=False)
 JsonOpt = typer.Option(False, "--json", help="print JSON for agents and scripts")
 
 DEMO_TRIALS = 14
@@ -46,7 +49,7 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             if as_json:
                 print(render_json(exc))
             else:
-                err.print(render_text(exc), highlight=False, markup=False)
+                err.print(render_text(exc), highlight=False)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -62,7 +65,7 @@ def _print_json(data: Any) -> None:
 def _progress(as_json: bool) -> Callable[[str], None]:
     def log(line: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        err.print(f"[dim]{stamp}[/dim] {line}", highlight=False, soft_wrap=True)
+        err.print(Text.assemble((stamp, "dim"), " ", line), highlight=False, soft_wrap=True)
 
     return log
 
@@ -232,7 +235,9 @@ def suggest(
         _print_json(result)
         return
     for s in result["suggestions"]:
-        out.print(f"{json.dumps(s['diff'])}  [dim]{s['source']}[/dim]  {s['rationale']}")
+        out.print(
+            Text.assemble(json.dumps(s["diff"]), "  ", (s["source"], "dim"), "  ", s["rationale"])
+        )
 
 
 # --- the demo ------------------------------------------------------------------------------
@@ -303,8 +308,11 @@ def demo(
     best = summary.get("best")
     if best:
         out.print(
-            f"\n[bold green]best val_loss {best['value']:.4f}[/bold green] (trial {best['trial']},"
-            f" {best['diff'] or 'base config'})"
+            Text.assemble(
+                "\n",
+                (f"best val_loss {best['value']:.4f}", "bold green"),
+                f" (trial {best['trial']}, {best['diff'] or 'base config'})",
+            )
         )
     out.print(f"report: {summary['report']}")
 

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import InvalidState
+from air_skills.errors import AirError, InvalidState
+from autoresearch.safe_read import read_regular
 
 STUDY_FILE = "study.yaml"
 LOCK_FILE = ".loop.lock"
@@ -61,11 +62,17 @@ class LoopLock:
             self._fd = None
 
 
-def read_loop_info(study_dir: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> Any:
+    """A small JSON file's value, or None; a FIFO or a device in its place is not waited on."""
     try:
-        return json.loads((Path(study_dir) / LOOP_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+        return json.loads(read_regular(path, "file", max_bytes=64_000))
+    except (AirError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
+
+
+def read_loop_info(study_dir: Path) -> dict[str, Any] | None:
+    info = _read_json(Path(study_dir) / LOOP_FILE)
+    return info if isinstance(info, dict) else None
 
 
 def loop_alive(study_dir: Path) -> dict[str, Any] | None:
@@ -98,10 +105,9 @@ def request_stop(study_dir: Path, cancel_running: bool, reason: str) -> None:
 
 def take_stop_request(study_dir: Path) -> dict[str, Any] | None:
     path = Path(study_dir) / STOP_FILE
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    if not path.exists():
         return None
+    data = _read_json(path)
     with contextlib.suppress(OSError):
-        path.unlink()
+        path.unlink()  # a bad request is dropped too: it would be read again on every poll
     return data if isinstance(data, dict) else None

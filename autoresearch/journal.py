@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from air_skills.errors import InvalidState
+from autoresearch.faults import crash_point
+from autoresearch.safe_read import read_regular
+
 JOURNAL = "journal.jsonl"
 HEARTBEAT_S = 30.0
 
@@ -81,6 +85,7 @@ class Journal:
     def __init__(self, study_dir: Path) -> None:
         self.path = Path(study_dir) / JOURNAL
         self.last_write = 0.0
+        self.unreadable = 0  # lines of the last read that were not UTF-8 text
 
     def exists(self) -> bool:
         return self.path.exists() and self.path.stat().st_size > 0
@@ -97,21 +102,33 @@ class Journal:
         finally:
             os.close(fd)
         self.last_write = record["ts"]
+        crash_point(event)
         return record
 
     def read(self) -> list[dict[str, Any]]:
+        """The events, in order. A line that is not a JSON object is skipped: a line cut short
+        by a kill -9 (the events before it stand), or bytes that are not UTF-8 text, which are
+        counted in ``unreadable`` so that readers can say so."""
+        self.unreadable = 0
         if not self.path.exists():
             return []
+        # a FIFO or a device in the journal's place is refused, not waited on or read forever
+        data = read_regular(self.path, "study journal", max_bytes=None, error=InvalidState)
         out = []
-        with open(self.path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a kill -9: the events before it stand
+        for raw in data.split(b"\n"):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                self.unreadable += 1
+                continue
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill -9: the events before it stand
+            if isinstance(record, dict) and isinstance(record.get("event"), str):
+                out.append(record)
         return out
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import AirError, InvalidSpec, InvalidState, NotFound, UnknownMetric
+from air_skills.errors import AirError, InvalidSpec, InvalidState, NotFound
 from autoresearch import budgets
 from autoresearch.folder import LOOP_LOG, STOP_FILE, STUDY_FILE, LoopLock, take_stop_request
 from autoresearch.journal import HEARTBEAT_S, Journal, StudyState, Trial, TrialStatus, replay
@@ -27,7 +27,7 @@ from autoresearch.mirror import StudyMirror
 from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
 from autoresearch.study import Study, dump_study, parse_study
 from autoresearch.trials import build_request, noise_repeat, trial_command, trial_spec
-from autoresearch.watch import TrialWatch
+from autoresearch.watch import STUDY_ENDING, TrialWatch
 
 # Keys that define what a study measures; a resume may change budgets, never these.
 FIXED_ON_RESUME = ("name", "command", "base_config", "search_space", "objective", "noise")
@@ -108,7 +108,7 @@ class StudyLoop(TrialWatch):
                 self.emit("session_ended", reason="interrupted")
                 self.log("interrupted: trials still running go on; resume with --resume")
                 raise
-            except UnknownMetric as exc:
+            except STUDY_ENDING as exc:
                 # every trial of this study would end the same way: stop them all now
                 self.emit("error", code=exc.code, message=exc.message, hint=exc.hint)
                 self.log(str(exc))
@@ -172,21 +172,32 @@ class StudyLoop(TrialWatch):
         self.metric_seen = any(
             self.study.objective.metric in t.metrics for t in self.state.trials.values()
         )
-        self.undecided = [
-            t.number for t in self.state.ordered() if t.status.is_final() and t.decision is None
-        ]
-        for t in self.state.trials.values():
-            if t.status == TrialStatus.PRUNED and not t.job_done:
-                self.cancelling[t.number] = "pruned"
         if self.state.parent_run_id is None:
             self.mirror.create_parent(self.study, self.state.study_id, self.dir)
         else:
             self.mirror.resume_parent()
+        self._pick_up()
         active = len(self._active())
         self.log(
             f"study {self.study.name}: {self.dir}"
             + (f" (resumed: {len(self.state.trials)} trials, {active} running)" if events else "")
         )
+
+    def _pick_up(self) -> None:
+        """Carry on from where a killed loop stopped, whatever line it wrote last: judge the
+        finished trials, stop the pruned ones still running, relaunch an infra failure."""
+        self.undecided = [
+            t.number for t in self.state.ordered() if t.status.is_final() and t.decision is None
+        ]
+        for t in self.state.ordered():
+            if t.status == TrialStatus.PRUNED and not t.job_done:
+                self.cancelling[t.number] = "pruned"
+                self._cancel(t, "pruned by the median rule")  # the kill may have beaten it
+            elif t.status == TrialStatus.RUNNING and t.job_done:
+                # Its `infra_retry` is journaled and its relaunch is not; the key of the next
+                # attempt makes this a no-op if the launch itself had happened.
+                self.log(f"trial {t.number}: relaunching after an infra failure")
+                self._launch(t)
 
     def _check_resumable(self, saved: dict[str, Any]) -> None:
         current = self.study.to_dict()

@@ -23,7 +23,8 @@ SCATTER_STYLES: dict[str, dict[str, Any]] = {
 
 def load_state(study_dir: Path | str) -> tuple[Study, StudyState]:
     study_dir = Path(study_dir)
-    events = Journal(study_dir).read()
+    journal = Journal(study_dir)
+    events = journal.read()
     if not events:
         raise NotFound(
             f"no study journal in {study_dir}",
@@ -31,6 +32,10 @@ def load_state(study_dir: Path | str) -> tuple[Study, StudyState]:
             study_dir=str(study_dir),
         )
     state = replay(events)
+    if journal.unreadable:
+        state.warnings.append(
+            f"{journal.unreadable} line(s) of {journal.path} are not UTF-8 text: skipped"
+        )
     if not state.study:
         raise NotFound(f"the journal in {study_dir} holds no study", hint="run the study again")
     return parse_study(state.study, "journal study"), state

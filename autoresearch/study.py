@@ -4,14 +4,14 @@ check that it can run here, and write it back. Its schema is in ``study_schema``
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from air_skills.errors import InvalidSpec, NotFound
+from air_skills.errors import InvalidSpec
+from autoresearch.safe_read import read_study_yaml
 from autoresearch.study_schema import (
     PARAM_TYPES,
     PROPOSER_TYPES,
@@ -38,45 +38,16 @@ STUDIES_DIR = "studies"
 # --- loading -----------------------------------------------------------------------------------
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML with `1e-4` read as a number (YAML 1.1 wants `1.0e-4`, a classic trap)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
 def read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise NotFound(
-            f"no study file {path}",
-            hint="give the path of a study YAML file (see examples/*/study.yaml)",
-            path=str(path),
-        ) from None
-    except OSError as exc:
-        raise InvalidSpec(f"cannot read study file {path}: {exc.strerror}") from None
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InvalidSpec(
-            f"study file {path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}",
-            problems=[f"YAML{where}: {getattr(exc, 'problem', exc)}"],
-            hint="fix the YAML syntax",
-        ) from None
+    """The YAML document in a study file: a regular file of at most 1 MB, UTF-8, no aliases."""
+    return read_study_yaml(path)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value seen twice out twice: the study reader refuses anchors and aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _problems(exc: ValidationError) -> list[str]:
@@ -185,7 +156,7 @@ def default_study_dir(study: Study, base: Path | None = None) -> Path:
 
 
 def dump_study(study: Study) -> str:
-    return yaml.safe_dump(study.to_dict(), sort_keys=False, allow_unicode=True)
+    return yaml.dump(study.to_dict(), Dumper=_PlainDumper, sort_keys=False, allow_unicode=True)
 
 
 __all__ = [

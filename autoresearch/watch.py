@@ -12,7 +12,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from air_skills.errors import AirError, InvalidState, NotFound
+from air_skills.errors import (
+    AirError,
+    InvalidState,
+    NotFound,
+    TrackingUnavailable,
+    UnknownMetric,
+)
 from autoresearch import decisions
 from autoresearch.journal import StudyState, Trial, TrialStatus
 from autoresearch.mirror import StudyMirror
@@ -26,6 +32,8 @@ from autoresearch.outcomes import (
 from autoresearch.study_schema import Study
 
 LOG_TAIL_LINES = 20
+# Errors that every trial of the study would meet too: the loop stops the whole study.
+STUDY_ENDING = (UnknownMetric, TrackingUnavailable)
 
 
 class TrialWatch:
@@ -115,8 +123,8 @@ class TrialWatch:
             self.client.cancel(t.job_id, reason=reason, wait_s=0)
         except TypeError:  # a client without wait_s
             self.client.cancel(t.job_id, reason=reason)
-        except InvalidState:
-            pass  # it ended meanwhile; the next poll records how
+        except (InvalidState, NotFound):
+            pass  # it ended (or went) meanwhile; the next poll records how
 
     def _cancel_active(self, why: str) -> None:
         for t in self._active():
@@ -145,12 +153,7 @@ class TrialWatch:
             self._launch(t)
             return
         objective = self.study.objective
-        latest: dict[str, float] = {}
-        if info.run_id:
-            try:
-                latest = dict(self.client.metrics(t.job_id).latest)
-            except AirError as exc:
-                self.mirror.warn_once(f"cannot read metrics: {exc.message}")
+        latest, untracked, down = self._latest_metrics(t, info)
         outcome = trial_outcome(
             t,
             info,
@@ -162,6 +165,22 @@ class TrialWatch:
             log_tail=lambda: self._log_tail(t),
         )
         fields = outcome.fields
+        if untracked is not None and outcome.logged is not None:
+            # It succeeded, but its metrics cannot be read: tracking's fault, not the metric's.
+            fields.update(status=TrialStatus.FAILED.value, failure_kind="infra", failure=untracked)
+            self.emit("finished", **fields)
+            self.undecided.append(t.number)
+            self.log(f"trial {t.number} FAILED ({untracked})")
+            if down is not None:
+                raise TrackingUnavailable(
+                    f"tracking is unavailable, so trial {t.number}'s metrics cannot be read:"
+                    f" {down.message}",
+                    hint=f"{down.hint}; then continue the study with --resume"
+                    if down.hint
+                    else "fix the tracking store, then continue the study with --resume",
+                    job_id=t.job_id,
+                )
+            return
         if outcome.logged is not None:
             self.emit("finished", **fields)
             self.undecided.append(t.number)
@@ -185,6 +204,32 @@ class TrialWatch:
             + (f": {objective.metric}={shown:.5g}" if isinstance(shown, float) else "")
             + (f" ({fields['failure']})" if fields.get("failure") else "")
         )
+
+    def _latest_metrics(
+        self, t: Trial, info: Any
+    ) -> tuple[dict[str, float], str | None, TrackingUnavailable | None]:
+        """(the run's last metric values, why a trial that succeeded has none to read, the
+        tracking error now). Tracking that is down must not read as "it logged nothing"."""
+        succeeded = str(info.status) == "SUCCEEDED"
+        if info.run_id:
+            try:
+                return dict(self.client.metrics(t.job_id).latest), None, None
+            except TrackingUnavailable as exc:
+                if not succeeded:
+                    self.mirror.warn_once(f"cannot read metrics: {exc.message}")
+                    return {}, None, None
+                return {}, f"its metrics cannot be read: {exc.message}", exc
+            except AirError as exc:
+                self.mirror.warn_once(f"cannot read metrics: {exc.message}")
+                return {}, None, None
+        if not succeeded:
+            return {}, None, None
+        try:
+            _ = self.client.tracker.client  # opens the store: the error names it
+        except TrackingUnavailable as exc:
+            return {}, f"it ran without an MLflow run: {exc.message}", exc
+        # Tracking works now; it did not when the trial was launched.
+        return {}, "it ran without an MLflow run: tracking was unavailable at its launch", None
 
     def _log_tail(self, t: Trial) -> str:
         with contextlib.suppress(AirError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from air_skills.models import JobInfo, utc_from_ts
+from air_skills.models import CodeInfo, JobInfo, utc_from_ts
 from air_skills.status import PRIORITY_RANK, JobStatus
 
 _RANK_TO_NAME = {v: k for k, v in PRIORITY_RANK.items()}
@@ -35,6 +35,7 @@ def row_to_info(row: sqlite3.Row) -> JobInfo:
         project=row["project"],
         borrowing=bool(row["borrowing"]),
         data=_data_refs(row["spec"]),
+        code=CodeInfo.model_validate_json(row["code"]) if row["code"] else None,
     )
 
 

@@ -11,8 +11,9 @@ from air_skills.backends.info import row_to_info
 from air_skills.errors import InsufficientGpus, NotFound
 from air_skills.gpu.providers import provider
 from air_skills.home import write_launch_env
-from air_skills.models import JobInfo, JobSpec, JobStatus
+from air_skills.models import CodeInfo, JobInfo, JobSpec, JobStatus
 from air_skills.runtime import passes
+from air_skills.runtime.job_code import CodePlan, plan_code
 from air_skills.runtime.prepare import (
     LaunchContext,
     discard_prepared,
@@ -33,10 +34,11 @@ class LocalBackend:
         store = self.runtime.store
         self._check_gpus(spec)
         if dry_run:
-            return self._dry_run_info(spec)
+            return self._dry_run_info(spec, self._code(spec, store=False))
         existing = find_by_idempotency_key(store, spec.idempotency_key)
         if existing is not None:
             return row_to_info(existing)
+        code = self._code(spec)  # snapshot and patch checked: a refusal leaves nothing behind
         job = prepare_job(
             self.runtime,
             name=job_name(spec.name, spec.command),
@@ -45,6 +47,7 @@ class LocalBackend:
             track=spec.track,
             experiment=spec.experiment,
             tags=dict(spec.tags),
+            code=code,
         )
         write_launch_env(job.jdir)  # whichever process starts the job, it gets this environment
         gpus = passes.schedulable_gpus(store)
@@ -60,6 +63,8 @@ class LocalBackend:
                 c=c,
                 project=spec.resolved_project(),
             )
+            if created and job.code is not None:
+                store.set_code(c, job.job_id, job.code)
             decided = passes.run_pass(store, c, gpus, new_job=job.job_id) if created else None
         if decided is None:  # a concurrent caller with the same idempotency key won
             discard_prepared(self.runtime, job)
@@ -126,8 +131,16 @@ class LocalBackend:
                 available=total,
             )
 
-    def _dry_run_info(self, spec: JobSpec) -> JobInfo:
+    def _code(self, spec: JobSpec, store: bool = True) -> CodePlan | None:
+        """The job's checked code snapshot (None for ``code: live``)."""
+        if spec.code != "snapshot":
+            return None
+        assert spec.workdir is not None  # Client resolves it
+        return plan_code(self.runtime.home, spec.workdir, spec.patch, store=store)
+
+    def _dry_run_info(self, spec: JobSpec, code: CodePlan | None) -> JobInfo:
         free = len(passes.schedulable_gpus(self.runtime.store))
+        what = code.summary() if code is not None else "live code (no snapshot)"
         return JobInfo(
             job_id="dry-run",
             name=job_name(spec.name, spec.command),
@@ -135,11 +148,12 @@ class LocalBackend:
             message=(
                 f"DRY RUN: would run {spec.command!r} in {spec.workdir} with {spec.gpus} GPU(s)"
                 f" ({free} schedulable), priority {spec.priority}, project {spec.project};"
-                " nothing was launched"
+                f" {what}; nothing was launched"
             ),
             priority=spec.priority,
             created_at=datetime.now(UTC),
             backend=spec.backend,
             project=spec.project or "default",
             data=[f"{d.name}@{(d.digest or '?')[:12]}" for d in spec.data],
+            code=CodeInfo(**code.info()) if code is not None else None,
         )

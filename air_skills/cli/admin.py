@@ -90,12 +90,18 @@ def skills_install(
 def mcp_config(
     client_name: str = typer.Argument("claude", help="claude | claude-code | cursor | vscode"),
     write: bool = typer.Option(False, "--write", help="merge into the client's config file"),
+    http_url: str | None = typer.Option(
+        None,
+        "--http",
+        metavar="URL",
+        help="configure a running `air-mcp --transport http` (writes its token)",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Print (or --write) the MCP config entry that runs air-mcp for a client."""
     from air_skills.integrations.mcp_config import mcp_config as make_config
 
-    result = make_config(client_name, write=write)
+    result = make_config(client_name, write=write, http_url=http_url)
     if as_json:
         emit_json(result)
     else:

@@ -1,4 +1,4 @@
-"""`air doctor`: reads the pool and the recent infra events, then builds the GPU layer's report."""
+"""`air doctor`: reads the pool, the recent infra events and the tracking store, then reports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from air_skills.gpu.doctor import doctor_report
 from air_skills.gpu.providers import provider
 from air_skills.runtime.passes import MAX_INFRA_RETRIES
+from air_skills.tracking.store_check import check_store
 
 if TYPE_CHECKING:
     from air_skills.client import Client
@@ -25,5 +26,6 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
         requeued_infra=client.store.events_since("requeued-infra", since),
         cordons=client.store.events_since("cordon", since),
         max_infra_retries=MAX_INFRA_RETRIES,
+        tracking=check_store(client.home),
         deep=deep,
     )

@@ -58,6 +58,23 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+MAX_SPEC_BYTES = 4 << 20  # a job spec is a few lines; this bounds what a mistake reads
+
+
+def _read_spec_file(path: Path) -> str:
+    """The text of a spec file: a regular file (a FIFO would block, /dev/zero never ends),
+    at most MAX_SPEC_BYTES."""
+    if path.exists() and not path.is_file():
+        raise InvalidInput(f"{path} is not a regular file", hint="give a YAML or JSON file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_SPEC_BYTES + 1)
+    if len(data) > MAX_SPEC_BYTES:
+        raise InvalidInput(
+            f"{path} is over {MAX_SPEC_BYTES >> 20} MiB", hint="a job spec is a short YAML file"
+        )
+    return data.decode("utf-8", "replace")
+
+
 def _spec_from_args(
     spec_file: Optional[Path], command: list[str], options: dict[str, Any]
 ) -> dict[str, Any]:
@@ -66,7 +83,7 @@ def _spec_from_args(
         import yaml
 
         try:
-            loaded = yaml.safe_load(spec_file.read_text())
+            loaded = yaml.safe_load(_read_spec_file(spec_file))
         except OSError as exc:
             raise InvalidInput(
                 f"cannot read {spec_file}: {exc.strerror}", hint="give a readable YAML file"

@@ -112,7 +112,7 @@ def disk_full(exc: BaseException) -> AirError | None:
             if chain.filename:
                 paths.append(os.fsdecode(chain.filename))
             if chain.errno in FULL_ERRNOS:
-                return _full_error(paths[-1] if paths else "", chain.errno)
+                return _full_error(paths[-1] if paths else _home_if_full(), chain.errno)
             io_error = io_error or chain.errno == errno.EIO
         if isinstance(chain, AirError) and chain.context.get("path"):
             paths.append(str(chain.context["path"]))
@@ -129,6 +129,16 @@ def disk_full(exc: BaseException) -> AirError | None:
     return None
 
 
+def _home_if_full() -> str:
+    """AIR_HOME when its disk is (nearly) full: where a write without a file name most
+    likely failed (a file's close reports no name); else "" (unknown)."""
+    from air_skills.home import default_home
+
+    home = str(default_home())
+    free = _free_bytes(home)
+    return home if free is not None and free < NEARLY_FULL_BYTES else ""
+
+
 def _free_bytes(path: str) -> int | None:
     """Bytes this user may still write on the disk holding ``path`` (None: unknown)."""
     probe = os.path.abspath(path)
@@ -143,13 +153,14 @@ def _free_bytes(path: str) -> int | None:
 
 def _full_error(path: str, code: int, free: int | None = None) -> AirError:
     what = "the disk quota is exceeded" if code == errno.EDQUOT else "the disk is full"
-    where = f" writing {path}" if path else ""
+    is_dir = bool(path) and os.path.isdir(path)
+    where = f" writing {'under ' if is_dir else ''}{path}" if path else " (no space left)"
     left = f" ({free // 1024} KiB free)" if free is not None else ""
-    folder = os.path.dirname(path) or "."
+    folder = (path if is_dir else os.path.dirname(path)) if path else "AIR_HOME"
     return AirError(
         f"{what}{where}{left}",
         code="disk-full",
-        hint=f"free space on the disk holding {folder} (see `df -h {folder}`), or set"
+        hint=f"free space on the disk holding {folder} (`df -h` shows it), or set"
         " AIR_HOME to a folder on another disk, then retry",
         path=path or None,
     )

@@ -3,7 +3,8 @@
 Each check is ``{name, status (ok | warn | fail), detail, next}``; ``next`` says what to do.
 The report's ``status`` is the worst of them. ``deep`` adds the torch check of
 ``air_skills.gpu.deep_check`` on every GPU that is not cordoned. The report is a function of
-what the caller read (the GPU pool, recent infra events); ``air_skills.cli.doctor`` reads them.
+what the caller read (the GPU pool, recent infra events, the tracking store's check);
+``air_skills.cli.doctor`` reads them.
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ def doctor_report(
     requeued_infra: Sequence[Any],
     cordons: Sequence[Any],
     max_infra_retries: int,
+    tracking: tuple[str, str, str] | None = None,
     deep: bool = False,
 ) -> dict[str, Any]:
-    """The report over the GPU pool ``infos`` (as ``Client.gpus``) and the last 24 h of
-    ``requeued-infra`` and ``cordon`` events (rows with ``job_id`` and ``message``)."""
+    """The report over the GPU pool ``infos`` (as ``Client.gpus``), the last 24 h of
+    ``requeued-infra`` and ``cordon`` events (rows with ``job_id`` and ``message``) and the
+    tracking store's check (``(status, detail, next)`` of ``air_skills.tracking.store_check``)."""
     checks: list[dict[str, Any]] = []
 
     def add(name: str, status: str, detail: str, next_: str = "") -> None:
@@ -61,9 +64,8 @@ def doctor_report(
         for result in deep_check([g.index for g in infos if not g.cordoned]):
             add(result["name"], result["status"], result["detail"], result.get("next", ""))
     add("air_home", "ok", f"{home} (writable)")
-    from air_skills.tracking.mlflow import tracking_uri
-
-    add("mlflow", "ok", f"tracking store {tracking_uri(home)}")
+    if tracking is not None:
+        add("mlflow", *tracking)
     versions = {
         "python": sys.version.split()[0],
         **{d: _version(d) for d in ("air-skills", "mlflow", "mcp", "ray", "torch", "optuna")},

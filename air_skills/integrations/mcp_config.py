@@ -103,18 +103,67 @@ def claude_code_command(entry: dict[str, Any]) -> str:
     return shlex.join(argv)
 
 
-def mcp_config(client_name: str = "claude", write: bool = False) -> dict[str, Any]:
+def mcp_token() -> str:
+    """The bearer token of `air-mcp --transport http`: AIR_MCP_TOKEN, else AIR_HOME/mcp-token."""
+    from air_skills.home import default_home
+
+    token = settings.get("AIR_MCP_TOKEN")
+    if token:
+        return str(token)
+    path = default_home() / "mcp-token"  # written owner-only by mcp_server.auth
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        token = ""
+    if not token:
+        raise InvalidState(
+            f"no MCP token yet in {path}",
+            code="no-mcp-token",
+            hint="start `air-mcp --transport http` once (it creates the token file), or set"
+            " AIR_MCP_TOKEN, then rerun air mcp-config",
+        )
+    return token
+
+
+def http_client_entry(client_name: str, url: str) -> tuple[str, dict[str, Any]]:
+    """(servers key, entry) for an HTTP server at ``url``: its bearer token in the headers."""
+    headers = {"Authorization": f"Bearer {mcp_token()}"}
+    if client_name == "cursor":
+        return "mcpServers", {"url": url, "headers": headers}
+    if client_name == "claude-code":
+        return "mcpServers", {"type": "http", "url": url, "headers": headers}
+    if client_name == "vscode":
+        return "servers", {"type": "http", "url": url, "headers": headers}
+    raise InvalidInput(
+        f"{client_name} takes local servers over stdio only",
+        code="http-unsupported",
+        hint="configure it without the HTTP URL (stdio), or use claude-code, cursor or vscode",
+    )
+
+
+def mcp_config(
+    client_name: str = "claude", write: bool = False, http_url: str | None = None
+) -> dict[str, Any]:
     """The MCP entry that runs `air-mcp`, in ``client_name``'s format; ``write`` merges it.
 
-    Returns ``text`` (what to paste or run), ``entry``, ``path`` (the client's config file),
-    ``written`` (the path, when the file changed), ``backup`` (a copy of the file as it was),
-    and ``action`` (created | updated | unchanged | printed).
+    With ``http_url`` the entry points at a running `air-mcp --transport http` and carries its
+    bearer token (the written file is then made owner-only). Returns ``text`` (what to paste or
+    run), ``entry``, ``path`` (the client's config file), ``written`` (the path, when the file
+    changed), ``backup`` (a copy of the file as it was), and ``action`` (created | updated |
+    unchanged | printed).
     """
     if client_name not in MCP_CLIENTS:
         raise _unknown_client(client_name)
-    key, entry = client_entry(client_name, server_entry())
+    if http_url:
+        key, entry = http_client_entry(client_name, http_url)
+    else:
+        key, entry = client_entry(client_name, server_entry())
     path = client_config_path(client_name)
-    if client_name == "claude-code":
+    if client_name == "claude-code" and http_url:
+        auth = entry["headers"]["Authorization"]
+        argv = ["claude", "mcp", "add", "--transport", "http", SERVER_NAME, http_url]
+        text = shlex.join([*argv, "--scope", "user", "--header", f"Authorization: {auth}"])
+    elif client_name == "claude-code":
         text = claude_code_command(entry)
     else:
         text = json.dumps({key: {SERVER_NAME: entry}}, indent=2)
@@ -129,6 +178,8 @@ def mcp_config(client_name: str = "claude", write: bool = False) -> dict[str, An
     }
     if write:
         action, backup = merge_config(path, key, entry)
+        if http_url:
+            os.chmod(path, 0o600)  # it now holds the token: keep it from other users
         result.update(
             action=action,
             written=str(path) if action != "unchanged" else None,

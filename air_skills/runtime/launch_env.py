@@ -5,6 +5,7 @@ Stdlib only: the supervisor, the local backend and the Ray entrypoint all build 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -151,9 +152,22 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
     # The values travel in the job's folder, owner-only (the store keeps only the names).
     own = read_job_env(jdir)
     env.update(user_env(own if own is not None else spec.get("env") or {}))
+    # A snapshot job runs in its own view of the code (job_code.materialize wrote code.json).
+    cwd = spec.get("workdir") or None
+    view = _code_view(jdir)
+    if view is not None:
+        cwd, env["AIR_CODE_DIGEST"] = view
     banner = b""
     if row["attempts"] > 1:
         banner = f"[air] attempt {row['attempts']} on GPUs {gpus}\n".encode()
-    return CommandLaunch(
-        list(spec["command"]), spec.get("workdir") or None, env, row["log_path"], banner
-    )
+    return CommandLaunch(list(spec["command"]), cwd, env, row["log_path"], banner)
+
+
+def _code_view(jdir: Path) -> tuple[str, str] | None:
+    """(cwd inside the job's code view, snapshot digest); None for a ``code: live`` job."""
+    try:
+        record = json.loads((jdir / "code.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    view = Path(record["view"])
+    return os.fspath(view / record["cwd"] if record["cwd"] else view), record["digest"]

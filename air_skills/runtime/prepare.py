@@ -14,6 +14,7 @@ from typing import Any
 
 from air_skills.errors import TrackingUnavailable
 from air_skills.home import default_home, ensure_home, job_dir
+from air_skills.runtime.job_code import DIFF_ARTIFACT, CodePlan, dirty_diff_of, materialize
 from air_skills.runtime.store import Store, new_job_id
 
 
@@ -58,6 +59,7 @@ class PreparedJob:
     run_id: str | None = None
     experiment_id: str | None = None
     tracking_note: str | None = None
+    code: dict[str, Any] | None = None  # the job's code info (a snapshot job), see job_code
 
 
 def job_name(name: str | None, command: list[str]) -> str:
@@ -79,32 +81,46 @@ def prepare_job(
     track: bool = True,
     experiment: str | None = None,
     tags: dict[str, str] | None = None,
+    code: CodePlan | None = None,
 ) -> PreparedJob:
-    """The job's folder (config, data links) and its MLflow run, before it is recorded.
+    """The job's folder (config, data links, code view) and its MLflow run, before it is
+    recorded.
 
     Every backend launches through this: one place decides what a job's folder holds.
     ``data`` holds the spec's resolved data inputs (objects or dicts with name, path, digest).
+    ``code`` is the checked snapshot (``job_code.plan_code``); its view is made here, so the
+    command starts at once when the job is scheduled, and a failure leaves no job behind.
     """
     data = list(data)
     job_id = new_job_id()
     jdir = ctx.job_dir(job_id)
     jdir.mkdir(parents=True)
-    (jdir / "config.json").write_text(json.dumps(config, indent=1))
-    (jdir / "data").mkdir()
-    if data:
-        from air_skills.tracking.data import link_inputs
-
-        link_inputs(data, jdir / "data")
     job = PreparedJob(job_id, jdir, jdir / "output.log", name)
+    try:
+        (jdir / "config.json").write_text(json.dumps(config, indent=1))
+        (jdir / "data").mkdir()
+        if data:
+            from air_skills.tracking.data import link_inputs
+
+            link_inputs(data, jdir / "data")
+        if code is not None:
+            job.code = materialize(ctx.home, code, jdir)
+    except BaseException:
+        shutil.rmtree(jdir, ignore_errors=True)
+        raise
     if track:
+        run_tags = {**(tags or {}), **(code.tags() if code is not None else {})}
         try:
             job.run_id, job.experiment_id = ctx.tracker.create_run(
-                job_id=job_id, name=name, experiment=experiment, config=config, tags=tags or {}
+                job_id=job_id, name=name, experiment=experiment, config=config, tags=run_tags
             )
             if data:
                 from air_skills.tracking.data import log_inputs
 
                 log_inputs(ctx.tracker, job.run_id, data)
+            diff = dirty_diff_of(code) if code is not None else ""
+            if diff:
+                ctx.tracker.log_text(job.run_id, diff, DIFF_ARTIFACT)
         except TrackingUnavailable as exc:
             job.tracking_note = f"tracking unavailable: {exc.message}"
     return job

@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_start TEXT,
     stop_request TEXT,
     stop_reason TEXT,
-    tracking_note TEXT
+    tracking_note TEXT,
+    code TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 -- The scheduling pass reads the head of the queue in this order (a window, not all of it).
@@ -80,7 +81,7 @@ CREATE TABLE IF NOT EXISTS idle_supervisors (
 """
 
 
-SCHEMA_VERSION = 4  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 5  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

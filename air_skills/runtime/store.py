@@ -206,6 +206,10 @@ class Store(PoolStore):
                 (run_id, experiment_id, job_id),
             )
 
+    def set_code(self, c: sqlite3.Connection, job_id: str, code: Mapping[str, Any]) -> None:
+        """Record a job's code info (JSON; see runtime.job_code) in ``c``'s transaction."""
+        c.execute("UPDATE jobs SET code = ? WHERE job_id = ?", (json.dumps(code), job_id))
+
     def set_message(self, job_id: str, message: str) -> None:
         with self.tx() as c:
             c.execute(

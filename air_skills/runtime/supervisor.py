@@ -43,6 +43,9 @@ from air_skills.runtime.store import Store
 
 GRACE_S = settings.get("AIR_GRACE_S")
 HEALTH_INTERVAL_S = settings.get("AIR_HEALTH_INTERVAL_S")
+# The end-of-job data re-check may take this long before the job's end is recorded without
+# it (the note follows): a replaced 20 GB input must not hold the job's GPUs while it is read.
+RECHECK_INLINE_S = 2.0
 POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll this often
 # POKE_SIGNAL arrived: read the state now. One flag for the process, so that a poke that comes
 # while one job hands over to the next is not lost (a stale one costs one read).
@@ -98,7 +101,8 @@ class Supervisor:
         self.infra_faults: list[GpuFault] = []
         self.timed_out = False
         self._warm: threading.Thread | None = None
-        self._recheck = False  # the job ended: its data inputs are to be re-checked
+        self._recheck: threading.Thread | None = None  # a data re-check still running
+        self._recheck_note: list[str] = []
 
     # --- the whole life of one attempt ----------------------------------------------------
 
@@ -126,15 +130,34 @@ class Supervisor:
         self._recheck_data()
         return started
 
-    def _recheck_data(self) -> None:
-        """After the job's end is recorded: did its data inputs change while it ran?"""
-        if not self._recheck:
-            return
+    def _start_recheck(self) -> str:
+        """Fingerprint the data inputs again (did they change while the job ran?); the note
+        for the job's message if that takes under RECHECK_INLINE_S, else "" and the note is
+        added once the job's end is recorded and its GPUs are free (_recheck_data)."""
+        if not self.spec.get("data"):
+            return ""
         from air_skills.tracking.data import exit_note
 
         if self._warm is not None:  # exit_note may import MLflow: one thread at a time
             self._warm.join(timeout=60)
-        note = exit_note(self.home, self.spec["data"], self.row["run_id"])
+
+        def recheck() -> None:
+            self._recheck_note.append(exit_note(self.home, self.spec["data"], self.row["run_id"]))
+
+        thread = threading.Thread(target=recheck, daemon=True)
+        thread.start()
+        thread.join(RECHECK_INLINE_S)
+        if thread.is_alive():  # a large or replaced input: the GPUs are not held for it
+            self._recheck = thread
+            return ""
+        return "".join(self._recheck_note)
+
+    def _recheck_data(self) -> None:
+        """After the job's end is recorded: add the slow re-check's note to its message."""
+        if self._recheck is None:
+            return
+        self._recheck.join()
+        note = "".join(self._recheck_note)
         if note:
             self.store.append_message(self.job_id, note)
 
@@ -366,12 +389,8 @@ class Supervisor:
         """Keep the outcome for _commit; a job that ends gets its data and MLflow notes first."""
         if outcome.action == "finish":
             assert outcome.status is not None
-            # The data inputs are fingerprinted again once the end is recorded and the GPUs
-            # are free (_recheck_data): a re-read must not hold them.
-            self._recheck = bool(self.spec.get("data"))
-            message = end_run(
-                self.store, self.row, self.spec, outcome.status, outcome.message, self._warm
-            )
+            message = outcome.message + self._start_recheck()
+            message = end_run(self.store, self.row, self.spec, outcome.status, message, self._warm)
             outcome = Outcome(
                 "finish",
                 message,

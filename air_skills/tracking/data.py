@@ -9,8 +9,9 @@ root: a job's workdir is whatever the caller says, so it cannot be a boundary).
 
 Each input is fingerprinted (``air_skills.tracking.fingerprint``). The job gets
 ``$AIR_DATA_DIR/<name>``, a symlink to the real path; the digest and source go to its MLflow
-run as a dataset input; at exit the inputs are fingerprinted again and a change is reported in
-the job's message. Plain values only (no pydantic): the supervisor imports this module.
+run as a dataset input; at exit the inputs are re-checked (metadata first, content within a
+bound of bytes and time) and a change is reported in the job's message. Plain values only
+(no pydantic): the supervisor imports this module.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.errors import DataPathRefused, InvalidInput, TrackingUnavailable
-from air_skills.tracking.fingerprint import fingerprint, recent
+from air_skills.tracking.fingerprint import Budget, fingerprint, recent, recheck
 
 ROOTS_ENV = "AIR_DATA_ROOTS"
 CONTEXT_TAG = "mlflow.data.context"
@@ -250,27 +251,36 @@ def log_inputs(tracker: Any, run_id: str, data: Iterable[Any], context: str = "i
 
 
 def exit_note(home: Path, data: list[dict[str, Any]], run_id: str | None) -> str:
-    """Fingerprint the inputs again at exit; a text for the job's message if any changed.
+    """Re-check the inputs at exit; a text for the job's message if any changed.
 
-    A changed input is also logged to the run as a dataset input with context
-    ``changed-during-run``, so MLflow shows both versions.
+    Bounded: metadata (size, mtime, inode) is compared first, and content is re-read only
+    within ``AIR_DATA_RECHECK_MAX_MB`` and ``AIR_DATA_RECHECK_MAX_S`` for all inputs together;
+    past them an input is reported "changed (size/mtime)" or "not re-checked (too large)".
+    A changed input whose new digest is known is also logged to the run as a dataset input with
+    context ``changed-during-run``, so MLflow shows both versions.
     """
+    budget = Budget.of(
+        settings.get("AIR_DATA_RECHECK_MAX_MB") * (1 << 20), settings.get("AIR_DATA_RECHECK_MAX_S")
+    )
     changes: list[str] = []
+    unchecked: list[str] = []
     changed: list[dict[str, Any]] = []
     for item in data:
         before = item.get("digest")
         if not before:
             continue
         try:
-            now = fingerprint(item["path"], home).digest
+            result = recheck(item["path"], home, before, budget)
         except (OSError, DataPathRefused):
             changes.append(f"{item['name']} is gone or unreadable")
             continue
-        if now != before:
-            changes.append(f"{item['name']} {before[:12]} -> {now[:12]}")
-            changed.append({**item, "digest": now})
-    if not changes:
-        return ""
+        if result.state == "changed" and result.digest:
+            changes.append(f"{item['name']} {before[:12]} -> {result.digest[:12]}")
+            changed.append({**item, "digest": result.digest})
+        elif result.state == "meta-changed":
+            changes.append(f"{item['name']} changed (size/mtime)")
+        elif result.state == "unchecked":
+            unchecked.append(f"{item['name']} not re-checked (too large)")
     if changed and run_id:
         try:
             from air_skills.tracking.mlflow import MlflowTracker
@@ -278,10 +288,15 @@ def exit_note(home: Path, data: list[dict[str, Any]], run_id: str | None) -> str
             log_inputs(MlflowTracker(home), run_id, changed, context="changed-during-run")
         except Exception:
             pass  # the message below still says it
-    return (
-        " (data inputs changed during the job: " + "; ".join(changes) + "; the run logged the"
-        " launch version, so results may not match it)"
-    )
+    note = ""
+    if changes:
+        note += (
+            " (data inputs changed during the job: " + "; ".join(changes) + "; the run logged"
+            " the launch version, so results may not match it)"
+        )
+    if unchecked:
+        note += " (data inputs at exit: " + "; ".join(unchecked) + ")"
+    return note
 
 
 def data_refs(data: Iterable[Any]) -> list[str]:

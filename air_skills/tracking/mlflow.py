@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import NotFound, TrackingUnavailable, UnknownMetric
+from air_skills.tracking.sqlite_store import ensure_store, sqlite_path
 
 DEFAULT_EXPERIMENT = "air-default"
 RUN_STATUS = {
@@ -58,11 +59,16 @@ class MlflowTracker:
                 from mlflow.tracking import MlflowClient
 
                 with _init_lock(self.home, self.uri):
+                    path = sqlite_path(self.uri)
+                    if path is not None:  # built aside, renamed into place (see sqlite_store)
+                        ensure_store(path)
                     client = MlflowClient(tracking_uri=self.uri)
-                    client.search_experiments(max_results=1)  # touches (and migrates) the store
+                    client.search_experiments(max_results=1)  # touches the store for real
+            except TrackingUnavailable:
+                raise
             except Exception as exc:
                 raise TrackingUnavailable(
-                    f"MLflow store {self._shown_uri()} unavailable: {_short(exc)}",
+                    f"MLflow store {self.shown_uri()} unavailable: {_short(exc)}",
                     hint="check MLFLOW_TRACKING_URI (or unset it to use AIR_HOME's sqlite store)",
                 ) from None
             self._client = client
@@ -80,11 +86,11 @@ class MlflowTracker:
                 pass
         except (OSError, urllib.error.URLError) as exc:
             raise TrackingUnavailable(
-                f"MLflow server {self._shown_uri()} unreachable: {_short(exc)}",
+                f"MLflow server {self.shown_uri()} unreachable: {_short(exc)}",
                 hint="start the tracking server or fix MLFLOW_TRACKING_URI; jobs still run",
             ) from None
 
-    def _shown_uri(self) -> str:
+    def shown_uri(self) -> str:
         # Never show credentials that may sit in a tracking URI.
         uri = self.uri
         if "@" in uri and "://" in uri:
@@ -245,6 +251,16 @@ class MlflowTracker:
     def log_inputs(self, run_id: str, datasets: list[Any]) -> None:
         """Log MLflow ``DatasetInput``s to the run (data lineage)."""
         self.client.log_inputs(run_id, datasets=datasets)
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        """Keep ``text`` as the run's artifact ``artifact_file`` (e.g. a job's dirty diff)."""
+        try:
+            self.client.log_text(run_id, text, artifact_file)
+        except Exception as exc:
+            raise TrackingUnavailable(
+                f"cannot log {artifact_file} to the MLflow run: {_short(exc)}",
+                hint="the job runs; check the tracking store's artifact location",
+            ) from None
 
 
 def downsample(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,11 +29,12 @@ def as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="drops to uid 65534: needs root")
 def test_another_user_cannot_read_the_home_or_a_jobs_secret(
-    air_home: Path, monkeypatch: pytest.MonkeyPatch
+    air_home: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     # Under /tmp, not pytest's 0700 tmp_path: only AIR_HOME's own modes may keep others out.
     base = Path(tempfile.mkdtemp(prefix="air-home-safety-"))
     base.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
     home = base / "home"
     monkeypatch.setenv("AIR_HOME", str(home))
     secret = "sk-" + os.urandom(12).hex()
@@ -72,7 +74,9 @@ def test_emptied_state_database_is_an_error_and_records_can_be_rebuilt(air_home:
         "c.wait([i.job_id], timeout_s=60)\n"
         "print(i.job_id)",
     )
-    sup = Store(air_home).row(job_id)["supervisor_pid"]
+    store = Store(air_home)
+    sup = store.row(job_id)["supervisor_pid"]
+    store.close()
     wait_until(lambda: not proc.alive(sup, None), 30)  # nothing holds the database open
     (air_home / "air.db").write_bytes(b"")
     for suffix in ("-wal", "-shm"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,3 +34,24 @@ def small_study(**overrides: Any) -> dict[str, Any]:
         else:
             study[key] = value
     return study
+
+
+def start_loop(
+    study_file: Path,
+    folder: Path,
+    *,
+    crash_at: str | None = None,
+    poll_s: float = 0.2,
+    **env: str,
+) -> subprocess.Popen[bytes]:
+    """`autoresearch run` as its own process; ``crash_at`` names the journal event right after
+    which it kills itself with SIGKILL (AIR_TEST_CRASH_AT); ``env`` adds variables."""
+    extra = {**env, **({"AIR_TEST_CRASH_AT": crash_at} if crash_at else {})}
+    cmd = [sys.executable, "-m", "autoresearch.cli", "run", str(study_file), "--dir", str(folder)]
+    return subprocess.Popen(
+        [*cmd, "--poll-s", str(poll_s)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, **extra},
+    )

@@ -3,7 +3,8 @@ records its own start and end times so that tests can check concurrency from the
 
 Config: x, y (the loss is (x-0.3)^2 + (y-0.6)^2 plus noise*seed jitter), steps, sleep_s per
 step, log ("summary": only the closing `---` block; "mlflow": every step too), stamp_dir,
-metric (the objective's name), fail (raise), noise.
+metric (the objective's name), fail (raise; fail_message: the error's text), noise,
+hang_once (a marker file: the first run to create it prints "up" and sleeps a minute).
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def main() -> None:
     job = os.environ.get("AIR_JOB_ID", "local")
     if stamp_dir:
         Path(stamp_dir, f"{job}.start").write_text(json.dumps({"t": started, **cfg}))
+    hang_once = cfg.get("hang_once")
+    if hang_once and not Path(hang_once).exists():
+        Path(hang_once).write_text(job)
+        print("up", flush=True)
+        time.sleep(60)
     x, y = float(cfg.get("x", 0.0)), float(cfg.get("y", 0.0))
     jitter = random.Random(cfg.get("seed", 0)).gauss(0, 1) * float(cfg.get("noise", 0.0))
     final = (x - 0.3) ** 2 + (y - 0.6) ** 2 + jitter
@@ -39,7 +45,7 @@ def main() -> None:
             client.log_metric(os.environ["MLFLOW_RUN_ID"], metric, value, step=step)
         print(f"step {step} {metric} {value:.4f}", flush=True)
         if cfg.get("fail"):
-            raise RuntimeError(f"boom: x={x} breaks the model")
+            raise RuntimeError(cfg.get("fail_message") or f"boom: x={x} breaks the model")
         if step < steps:
             time.sleep(float(cfg.get("sleep_s", 0.1)))
     if stamp_dir:

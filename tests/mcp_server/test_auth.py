@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -131,3 +132,33 @@ async def test_another_local_user_is_refused_even_with_the_token(
             },
         )
     assert mine.status_code not in (401, 403, 421)
+
+
+async def test_mcp_config_writes_the_token_for_an_http_server(
+    spawn_air_mcp: Callable[..., Any],
+    open_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from air_skills.integrations.mcp_config import mcp_config
+
+    sp = spawn_air_mcp(
+        ["--transport", "http", "--port", "0"], AIR_MCP_TOKEN=None, AIR_HOME=str(open_home)
+    )
+    url = sp.url()
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("AIR_HOME", str(open_home))
+    monkeypatch.delenv("AIR_MCP_TOKEN", raising=False)
+    result = mcp_config("cursor", write=True, http_url=url)
+    written = Path(result["written"])
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    entry = json.loads(written.read_text())["mcpServers"]["air"]
+    assert entry["url"] == url
+    token = (open_home / "mcp-token").read_text().strip()
+    assert entry["headers"] == {"Authorization": f"Bearer {token}"}
+
+    http = httpx2.AsyncClient(headers=entry["headers"], timeout=60)  # as the client would
+    async with McpClient(streamable_http_client(entry["url"], http_client=http)) as mcp:
+        assert "cancel_job" in [t.name for t in (await mcp.list_tools()).tools]
+    command = mcp_config("claude-code", http_url=url)["text"]
+    assert "--transport http" in command and f"Authorization: Bearer {token}" in command

@@ -1,0 +1,194 @@
+"""The sqlite MLflow store: built aside, renamed into place; a half-built one set aside or named.
+
+MLflow creates a sqlite store by running some 60 schema migrations in place, and they are not
+transactional: a kill -9 in the middle leaves a store that no later open can finish
+("duplicate column name", ``_alembic_tmp_*`` tables). So a new store is built under another
+name (``<store>.building``) and renamed into place once complete, and a store found half-built
+(an interrupted migration from before this, or a copy from elsewhere) is moved aside when it
+holds no runs (never deleted), or reported with the way to recover when it does. Everything
+here runs under the caller's init lock (``air_skills.tracking.mlflow``): one builder at a time.
+Writes go through MLflow itself; its tables are only read, to tell a half-built store.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+from air_skills.errors import TrackingUnavailable
+
+SQLITE_PREFIX = "sqlite:///"
+BUILDING = ".building"  # <store>.building: the store being built, renamed into place when done
+ASIDE = ".broken-"  # <store>.broken-<time>: a half-built store without runs, moved aside
+SIDE_FILES = ("-journal", "-wal", "-shm")  # sqlite's files beside a database
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """What a sqlite store file holds, read without MLflow's help."""
+
+    exists: bool  # a database with tables (an absent or empty file is not one)
+    problem: str | None = None  # why it is half-built; None when complete or unreadable
+    runs: int | None = 0  # the runs it holds; None when they cannot be counted
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a ``sqlite:///`` tracking URI; None for any other store (or sqlite options)."""
+    if not uri.startswith(SQLITE_PREFIX):
+        return None
+    rest = uri[len(SQLITE_PREFIX) :]
+    if not rest or rest.startswith(":memory:") or "?" in rest:
+        return None  # in-memory, or URI options: left to MLflow as it is
+    return Path(rest)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # Read-write on purpose: a hot journal left by a kill is rolled back by sqlite on open (its
+    # own recovery); a read-only connection would refuse the file instead. Only SELECTs follow.
+    return sqlite3.connect(f"file:{urllib.parse.quote(str(path))}", uri=True, timeout=30)
+
+
+def _head_revision() -> str | None:
+    """The schema version this MLflow writes (None if MLflow cannot say)."""
+    try:
+        from mlflow.store.db.utils import _get_latest_schema_revision
+
+        return str(_get_latest_schema_revision())
+    except Exception:
+        return None
+
+
+def inspect(path: Path) -> StoreState:
+    """Whether ``path`` holds a complete MLflow store, a half-built one, or nothing yet."""
+    try:
+        if path.stat().st_size == 0:
+            return StoreState(exists=False)
+    except FileNotFoundError:
+        return StoreState(exists=False)
+    try:
+        conn = _connect(path)
+        try:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            if not tables:
+                return StoreState(exists=False)
+            version = None
+            if "alembic_version" in tables:
+                row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+                version = row[0] if row else None
+            runs: int | None = 0
+            if "runs" in tables:
+                runs = int(conn.execute("SELECT count(*) FROM runs").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        # Locked for longer than the timeout, or not a database: MLflow's open says which.
+        return StoreState(exists=True, problem=None, runs=None)
+    leftovers = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
+    head = _head_revision()
+    if leftovers:
+        problem = f"an interrupted schema migration left its work table {leftovers[0]}"
+    elif version is None:
+        problem = "no schema version is recorded: its creation was interrupted"
+    elif head is not None and version != head:
+        problem = (
+            f"its schema is at version {version}, this MLflow writes {head} (a migration was"
+            " interrupted, or the store comes from another MLflow version)"
+        )
+    else:
+        problem = None
+    return StoreState(exists=True, problem=problem, runs=runs)
+
+
+def recovery(path: Path) -> str:
+    """What to do about a half-built store that holds runs (kept as it is)."""
+    return (
+        f"make a backup (cp {path} {path}.backup), then move it aside (mv {path} {path}.broken):"
+        " the next tracked launch builds a new store, and the old runs stay readable in the moved"
+        f" file (mlflow ui --backend-store-uri sqlite:///{path}.broken); a store from an older"
+        f" MLflow can instead be upgraded in place: mlflow db upgrade sqlite:///{path}"
+    )
+
+
+def half_built_error(path: Path, state: StoreState) -> TrackingUnavailable:
+    held = "runs that could not be counted" if state.runs is None else f"{state.runs} run(s)"
+    return TrackingUnavailable(
+        f"MLflow store {path} is half-built ({state.problem}) and holds {held}, so it is kept"
+        f" as it is and tracking is off; to recover: {recovery(path)}",
+        hint=recovery(path),
+    )
+
+
+def ensure_store(path: Path) -> None:
+    """Leave ``path`` holding a complete store (building it if needed), or raise
+    TrackingUnavailable naming the recovery. The caller holds the init lock."""
+    building = path.with_name(path.name + BUILDING)
+    _remove_with_side_files(building)  # a build killed earlier: nobody else builds now
+    state = inspect(path)
+    if state.problem is not None:
+        if state.runs != 0:
+            raise half_built_error(path, state)
+        set_aside(path)
+    elif state.exists:
+        return
+    _build(path, building)
+
+
+def set_aside(path: Path) -> Path:
+    """Move a half-built store (and its sqlite side files) to ``<store>.broken-<time>``."""
+    aside = path.with_name(f"{path.name}{ASIDE}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.replace(path, aside)
+    for side in SIDE_FILES:
+        src = Path(str(path) + side)
+        if src.exists():
+            os.replace(src, Path(str(aside) + side))
+    _fsync_dir(path.parent)
+    return aside
+
+
+def _build(path: Path, building: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    uri = SQLITE_PREFIX + str(building)
+    client = MlflowClient(tracking_uri=uri)
+    client.search_experiments(max_results=1)  # runs every migration, on the copy
+    _dispose_engine(uri)
+    with open(building, "rb") as f:
+        os.fsync(f.fileno())
+    # A journal beside the final name would be taken for the new store's hot journal.
+    for side in SIDE_FILES:
+        Path(str(path) + side).unlink(missing_ok=True)
+    os.replace(building, path)
+    _fsync_dir(path.parent)
+    _dispose_engine(SQLITE_PREFIX + str(path))  # a pooled connection to a replaced file
+
+
+def _dispose_engine(uri: str) -> None:
+    """Close MLflow's pooled connections for ``uri`` (it keeps one engine per URI)."""
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        engine = SqlAlchemyStore._engine_map.get(uri)
+        if engine is not None:
+            engine.dispose()
+    except Exception:
+        pass  # an MLflow without that cache: nothing pooled to close
+
+
+def _remove_with_side_files(path: Path) -> None:
+    for p in (path, *(Path(str(path) + side) for side in SIDE_FILES)):
+        p.unlink(missing_ok=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

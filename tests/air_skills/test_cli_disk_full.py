@@ -1,0 +1,73 @@
+"""A full disk under AIR_HOME is said as such by `air`, naming the path, not as a generic
+store error ("disk I/O error ... check that AIR_HOME is a local, writable folder").
+
+The disk is a real, small tmpfs; mounting one needs root (tests run as root here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+AIR = shutil.which("air") or str(Path(sys.executable).parent / "air")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def air(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AIR_HOME": str(home), "AIR_SIMULATED_GPUS": "1"}
+    return subprocess.run([AIR, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def fill(disk: Path, leave_kib: int = 0) -> None:
+    """Fill ``disk`` up to ``leave_kib`` KiB free."""
+    st = os.statvfs(disk)
+    size = max(0, st.f_bavail * st.f_frsize - leave_kib * 1024)
+    with open(disk / "filler", "wb") as f:
+        try:
+            f.write(b"\0" * size)
+        except OSError:
+            pass  # full already
+
+
+def test_full_disk_under_the_store_is_named(small_disk: Path) -> None:
+    home = small_disk / "home"
+    assert air(home, "ls").returncode == 0
+    fill(small_disk)
+    proc = air(home, "launch", "--", "true")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"[disk-full] the disk is full writing {home / 'air.db'}")
+    assert f"Next: free space on the disk holding {home} (`df -h` shows it)" in proc.stderr
+    error = json.loads(air(home, "ls", "--json").stdout)["error"]
+    assert error["code"] == "disk-full" and error["context"]["path"] == str(home / "air.db")
+
+
+def test_disk_filling_during_launch_is_named(small_disk: Path, tmp_path: Path) -> None:
+    home = small_disk / "home"
+    assert air(home, "ls").returncode == 0
+    fill(small_disk, leave_kib=200)
+    spec = tmp_path / "big.yaml"
+    spec.write_text('command: ["true"]\ntrack: false\nconfig: {big: "' + "x" * 300_000 + '"}\n')
+    proc = air(home, "launch", str(spec))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("[disk-full] the disk is full writing ")
+    assert str(home) in proc.stderr.splitlines()[0]
