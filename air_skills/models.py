@@ -130,7 +130,12 @@ class JobSpec(_Strict):
     name: str | None = Field(default=None, max_length=200)
     workdir: str | None = Field(default=None, description="working directory (default: cwd)")
     config: dict[str, Any] = Field(default_factory=dict, description="written to AIR_CONFIG_FILE")
-    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_JOB)
+    gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_JOB, description="GPUs per node")
+    procs: int | Literal["gpu"] = Field(
+        default=1,
+        description="processes per node, run as a torchrun gang (gpu: one per GPU)",
+    )
+    nodes: int = Field(default=1, ge=1, le=1024, description="nodes (Ray backend only past 1)")
     cpus: int | None = Field(default=None, ge=1, le=1024, description="thread cap; default: share")
     priority: Priority = "normal"
     preemptible: bool = False
@@ -207,6 +212,32 @@ class JobSpec(_Strict):
         if dupes:
             raise ValueError(f"duplicate data input names: {', '.join(dupes)}")
         return value
+
+    @field_validator("procs")
+    @classmethod
+    def _check_procs(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= MAX_GPUS_PER_JOB:
+            raise ValueError(f"procs must be between 1 and {MAX_GPUS_PER_JOB}, or 'gpu'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_gang(self) -> JobSpec:
+        if self.procs == "gpu" and self.gpus < 1:
+            raise _refused(
+                "procs_gpu",
+                "procs: gpu runs one process per GPU, and the job asks for none: set gpus",
+            )
+        if self.nodes > 1 and self.backend == "local":
+            raise _refused(
+                "nodes_local",
+                "nodes > 1 needs a cluster: the local backend runs on this machine only;"
+                " use backend 'ray'",
+            )
+        return self
+
+    def procs_per_node(self) -> int:
+        """The number of processes on each node (``procs: gpu`` is one per GPU)."""
+        return self.gpus if self.procs == "gpu" else self.procs
 
     @model_validator(mode="after")
     def _patch_needs_snapshot(self) -> JobSpec:

@@ -90,6 +90,11 @@ class LocalBackend:
         if status == JobStatus.RUNNING:
             passes.signal_stop(current)
             self._wait_ended(job_id, wait_s)
+        elif current["run_id"]:  # no supervisor will end the run of a job that never started
+            try:
+                self.runtime.tracker.finish_run(current["run_id"], JobStatus.CANCELLED.value, {})
+            except Exception:  # the job is cancelled all the same; the run stays as it was
+                pass
         return self._info(job_id)
 
     def reconcile(self) -> int:

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperCommand
 
+from air_skills.cli.code import code_line, read_patch
 from air_skills.cli.output import (
     JsonOpt,
     check_range,
@@ -138,6 +139,12 @@ def launch(
     project: Optional[str] = typer.Option(None, "--project"),
     data: list[str] = typer.Option([], "--data", help="data input NAME=PATH"),
     preemptible: Optional[bool] = typer.Option(None, "--preemptible/--not-preemptible"),
+    code: Optional[str] = typer.Option(
+        None, "--code", help="snapshot (default: run a private copy of the code) | live"
+    ),
+    patch: Optional[str] = typer.Option(
+        None, "--patch", help="a unified diff FILE (or - for stdin) applied to the snapshot"
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and show; launch nothing"),
     watch: bool = typer.Option(False, "--watch", help="follow the log until the job ends"),
     as_json: bool = JsonOpt,
@@ -166,6 +173,8 @@ def launch(
         "project": project,
         "preemptible": preemptible,
         "data": [{"name": k, "path": v} for k, v in _split_sets(data, "--data").items()],
+        "code": code,
+        "patch": read_patch(patch) if patch is not None else None,
     }
     spec = _spec_from_args(spec_file, command, options)
     if config:
@@ -219,11 +228,17 @@ def ls(
 @handle_errors
 def status(job: str = typer.Argument(...), as_json: bool = JsonOpt) -> None:
     """Show one job."""
-    info = client().get(job)
+    c = client()
+    info = c.get(job)
     if as_json:
         emit_json(info)
-    else:
-        print_info(info)
+        return
+    print_info(info.model_copy(update={"code": None}))
+    if info.code is not None:
+        say(out, "code  " + code_line(info.code))
+        patch = c.home / "jobs" / info.job_id / "code.patch"
+        if info.code.patched and patch.is_file():
+            say(out, f"patch {patch}")
 
 
 @handle_errors

@@ -8,7 +8,6 @@ to a sha256, so an unchanged file is only ``stat``-ed; a file modified within th
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import hashlib
@@ -217,9 +216,3 @@ def build_view(
         if rel not in overrides:
             os.symlink(target, dest / rel)
     return method or "copy"
-
-
-def remove_tmp(home: Path) -> None:
-    """Drop temp files left by a killed launch (best effort)."""
-    with contextlib.suppress(OSError):
-        shutil.rmtree(code_root(home) / "tmp")

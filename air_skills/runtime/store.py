@@ -108,12 +108,10 @@ class Store(PoolStore):
     def _keep_env_names(self, spec: Mapping[str, Any], job_id: str) -> Mapping[str, Any]:
         """The spec to store: its ``env`` values (API keys) go to the job's folder, owner-only,
         and are deleted when it ends; the record keeps only the names.
-
-        Local jobs only: the Ray backend still reads the values from the record.
         """
         env = spec.get("env")
         jdir = job_dir(self.home, job_id)
-        if not env or not any(env.values()) or spec.get("backend", "local") != "local":
+        if not env or not any(env.values()):
             return spec
         if not jdir.is_dir():
             return spec

@@ -139,6 +139,21 @@ def launch_job(
         Field(max_length=100, description="data inputs, seen by the job under $AIR_DATA_DIR/name"),
     ] = None,
     track: Annotated[bool, Field(description="create an MLflow run for the job")] = True,
+    code: Annotated[
+        Literal["snapshot", "live"],
+        Field(
+            description="snapshot: the job runs a private copy of the code as it is now (edits"
+            " after launch do not reach it); live: it runs in workdir itself"
+        ),
+    ] = "snapshot",
+    patch: Annotated[
+        str | None,
+        Field(
+            max_length=4_000_000,
+            description="a unified diff (git diff from the repository root) applied to the"
+            " job's snapshot only, never to the tree: run code variants without editing files",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, Field(description="validate and say what would happen; launch nothing")
     ] = False,
@@ -173,6 +188,8 @@ def launch_job(
         "backend": backend,
         "data": [d.model_dump(exclude_none=True) for d in data] if data else None,
         "track": track,
+        "code": code,
+        "patch": patch,
     }
     spec = {k: v for k, v in given.items() if v is not None}
     return _reply(client, client.launch(spec, dry_run=dry_run))

@@ -12,8 +12,9 @@ from air_skills.backends.ray.packaging import entrypoint
 from air_skills.backends.ray.sdk import call, short
 from air_skills.backends.ray.settle import finish
 from air_skills.errors import BackendUnavailable
+from air_skills.home import read_job_env
 from air_skills.models import JobSpec
-from air_skills.runtime.launch_env import thread_caps
+from air_skills.runtime.launch_env import thread_caps, user_env
 from air_skills.runtime.prepare import LaunchContext
 from air_skills.status import JobStatus
 
@@ -56,7 +57,8 @@ def job_env(
         env["MLFLOW_TRACKING_URI"] = tracking_uri(rt.home)
         env["MLFLOW_RUN_ID"] = row["run_id"]
         env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
-    env.update(spec.env)
+    # The values live owner-only in the job's folder (the record keeps names); ours win.
+    env.update(user_env(read_job_env(rt.job_dir(row["job_id"])) or spec.env))
     return env, folder
 
 
