@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from air_skills import settings
 from air_skills.home import job_dir, read_job_env, read_launch_env
+from air_skills.runtime import gang
 
 # Set by the runtime for every job, never by a spec's ``env``: the GPUs a job may see, where its
 # MLflow run is, its rank in a gang. A spec that names one is overridden (AIR_* included).
@@ -160,7 +162,14 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
     banner = b""
     if row["attempts"] > 1:
         banner = f"[air] attempt {row['attempts']} on GPUs {gpus}\n".encode()
-    return CommandLaunch(list(spec["command"]), cwd, env, row["log_path"], banner)
+    argv = list(spec["command"])
+    procs = gang.procs_of(spec, len(gpus))
+    if procs > 1:  # a gang: torchrun runs one rank per process, each with its share of CPUs
+        env.update(thread_caps(max(1, (row["cpus"] or 1) // procs)))
+        env.update(gang.gang_env())
+        grace = settings.get("AIR_GRACE_S")
+        argv = gang.torchrun_argv(argv, procs, gang.rank_log_dir(jdir), grace_s=grace)
+    return CommandLaunch(argv, cwd, env, row["log_path"], banner)
 
 
 def _code_view(jdir: Path) -> tuple[str, str] | None:

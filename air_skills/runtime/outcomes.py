@@ -22,7 +22,10 @@ no exit code when its folder was deleted while it waited).
 
 Infra failures carry where they come from (``InfraFailure.source``), which only changes the
 wording: ``gpu`` (a GPU fault found by a health check; the GPU is cordoned), ``lost`` (the
-job's supervisor died or never started) and ``ray`` (Ray could not run the job). A backend
+job's supervisor died or never started), ``ray`` (Ray could not run the job) and ``nccl``
+(a collective failed: NCCL's signatures in the log, or a gang's rank killed by a signal; see
+runtime/nccl.py; the message carries ``reason: nccl`` and the retry runs a deep preflight
+first). A gang's failure names the rank that failed first and its last error line. A backend
 that sees a stop request it can no longer honour (a preempt whose supervisor is lost) leaves
 it out of the ``AttemptEnd``. Every FAILED and TIMED_OUT message ends with its ``Next:`` step.
 """
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from air_skills import settings
+from air_skills.runtime.nccl import MARK as NCCL_MARK
 from air_skills.status import JobStatus
 
 MAX_INFRA_RETRIES = settings.get("AIR_MAX_INFRA_RETRIES")
@@ -43,7 +47,7 @@ class InfraFailure:
     """An infrastructure failure: ``what`` describes it, ``source`` picks the wording."""
 
     what: str
-    source: Literal["gpu", "lost", "ray"] = "gpu"
+    source: Literal["gpu", "lost", "ray", "nccl"] = "gpu"
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class AttemptEnd:
     infra_retries: int = 0
     max_infra_retries: int = MAX_INFRA_RETRIES
     runner: str = ""  # where it ran, for the FAILED message (e.g. "Ray job raysub-1")
+    rank: int | None = None  # a gang's rank that failed first (runtime/gang.py)
+    rank_error: str | None = None  # that rank's last error line
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,11 @@ def _infra(end: AttemptEnd, infra: InfraFailure) -> Outcome:
         elif infra.source == "ray":
             text = f"QUEUED: Ray could not run it ({what}); resubmitted"
             text += " (failure_kind: infra, not its own code)"
+        elif infra.source == "nccl":
+            text = (
+                f"QUEUED: collective communication failed ({what}); retried after a deep"
+                f" preflight of its GPUs (failure_kind: infra, {NCCL_MARK})"
+            )
         else:
             text = (
                 f"QUEUED: {what}; GPU cordoned, the job restarts on healthy GPUs"
@@ -116,6 +127,15 @@ def _infra(end: AttemptEnd, infra: InfraFailure) -> Outcome:
             " then relaunch"
         )
         return Outcome("finish", text, JobStatus.FAILED, "infra", exit_code=end.exit_code)
+    elif infra.source == "nccl":
+        text = (
+            f"FAILED (infra, {NCCL_MARK}): collective communication failed ({what});"
+            " infra retries spent. Next: `air doctor --deep` (the all-reduce check), then"
+            " relaunch"
+        )
+        return Outcome(
+            "finish", text, JobStatus.FAILED, "infra", exit_code=end.exit_code, signal=end.signal
+        )
     else:
         text = f"FAILED (infra): {what}; infra retries spent. Next: `air gpus` and `air doctor`"
     return Outcome("finish", text, JobStatus.FAILED, "infra")
@@ -143,6 +163,10 @@ def classify(end: AttemptEnd) -> Outcome:
         how = f"exited with code {end.exit_code}"
     else:
         how = f"was killed by {end.signal}"
+    if end.rank is not None:  # a gang: the rank that failed first, and its last words
+        how = f"rank {end.rank} {how}"
+        if end.rank_error:
+            how += f" (its last error line: {end.rank_error!r}); the other ranks were stopped"
     if end.user_retries < end.max_retries:
         text = f"QUEUED: {how}; retry {end.user_retries + 1} of {end.max_retries}"
         return Outcome("requeue", text, kind="user", exit_code=end.exit_code, signal=end.signal)

@@ -211,7 +211,10 @@ def take_snapshot(home: Path, workdir: str | os.PathLike[str], store: bool = Tru
             full = str(root / rel)
             sha = cache.get(full, st)
             if sha is None or (store and not blob_path(home, sha).exists()):
-                sha, st, _ = hash_file(home, full, rel, keep=store)
+                try:
+                    sha, st, _ = hash_file(home, full, rel, keep=store)
+                except FileNotFoundError:
+                    continue  # deleted since it was listed (an editor's temp file): as on disk
                 files_read += 1
                 cache.put(full, st, sha)
             files[rel] = {

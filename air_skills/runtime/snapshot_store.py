@@ -122,7 +122,12 @@ def hash_file(home: Path, path: str, rel: str, keep: bool) -> tuple[str, os.stat
             finally:
                 if keep:
                     out.close()
-            after = os.stat(path)
+            try:
+                after = os.stat(path)
+            except FileNotFoundError:
+                if tmp:
+                    os.unlink(tmp)
+                raise
         if _changed(before, after):
             if tmp:
                 os.unlink(tmp)

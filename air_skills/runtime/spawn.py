@@ -30,7 +30,9 @@ def prestart_launch(home: Path, row: sqlite3.Row) -> Any:
     """
     spec = json.loads(row["spec"])
     gpus = json.loads(row["gpus"])
-    if gpus and (spec.get("deep_preflight") or provider().faults(gpus)):
+    # A retry after an infra failure may owe a deep check (runtime/nccl.py): the supervisor's.
+    retry = row["failure_kind"] == "infra"
+    if gpus and (spec.get("deep_preflight") or retry or provider().faults(gpus)):
         return None
     return command_launch(home, row, spec, gpus)
 

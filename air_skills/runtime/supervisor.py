@@ -32,7 +32,7 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.gpu.providers import GpuFault, provider
-from air_skills.runtime import passes, proc, signals
+from air_skills.runtime import gang, nccl, passes, proc, signals
 from air_skills.runtime.idle import wait_for_job
 from air_skills.runtime.launch_env import command_launch
 from air_skills.runtime.outcomes import AttemptEnd, InfraFailure, Outcome, classify, start_failed
@@ -220,7 +220,7 @@ class Supervisor:
         if faults:
             self._infra_failure(faults, "preflight")
             return
-        if self.gpus and self.spec.get("deep_preflight"):
+        if self.gpus and (self.spec.get("deep_preflight") or self._after_nccl(row)):
             from air_skills.gpu.deep_check import deep_preflight_faults
 
             faults = deep_preflight_faults(self.gpus, self.row["log_path"])
@@ -235,6 +235,12 @@ class Supervisor:
         _record_command(self.store, self.job_id, self.child.pid, self.gpus)
         rc = self._watch()
         self._record_exit(rc)
+
+    def _after_nccl(self, row: Any) -> bool:
+        """Whether this attempt retries an NCCL failure: its GPUs get the deep check first."""
+        return row["failure_kind"] == "infra" and nccl.retry_after_nccl(
+            self.store.events(self.job_id)
+        )
 
     def _attempt_started(self, row: Any) -> None:
         """The spawner ran the quick preflight and started the command before we booted."""
@@ -346,16 +352,24 @@ class Supervisor:
         stop = row["stop_request"] if row else None
         # A stop request outranks the faults (outcomes.py): then no GPU is cordoned either.
         faults = [] if stop in ("cancel", "preempt") else self.infra_faults
+        # A failure of its own: which rank failed first (a gang), and NCCL's signatures.
+        failure = gang.Failure(rc if rc >= 0 else None, -rc if rc < 0 else None)
+        if rc != 0 and stop is None and not self.timed_out and not faults:
+            failure = gang.read_failure(
+                self.row["log_path"], rc, gang.is_gang(self.spec, len(self.gpus))
+            )
         self._end(
             AttemptEnd(
                 self.job_id,
-                exit_code=rc if rc >= 0 else None,
-                signal=proc.signal_name(-rc) if rc < 0 else None,
+                exit_code=failure.exit_code,
+                signal=proc.signal_name(failure.signal) if failure.signal else None,
                 stop_request=stop,
                 stop_reason=row["stop_reason"] if row else None,
                 timed_out=self.timed_out,
                 timeout_min=self.spec.get("timeout_min"),
-                infra=self._cordon(faults, "while running"),
+                infra=self._cordon(faults, "while running") or failure.infra,
+                rank=failure.rank,
+                rank_error=failure.error_line,
                 user_retries=row["user_retries"] if row else 0,
                 max_retries=self.spec.get("max_retries", 0),
                 infra_retries=row["infra_retries"] if row else 0,

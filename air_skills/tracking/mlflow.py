@@ -243,6 +243,27 @@ class MlflowTracker:
         points.sort(key=lambda p: (p[0], p[2]))
         return points
 
+    def metric_histories(self, run_ids: list[str], key: str) -> dict[str, list[tuple[int, float]]]:
+        """One metric's (step, value) points for many runs: one query on a sqlite store."""
+        out: dict[str, list[tuple[int, float, int]]] = {r: [] for r in run_ids}
+        for i in range(0, len(run_ids), 500):  # sqlite binds at most 999 parameters
+            chunk = run_ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._sql(
+                "SELECT run_uuid, step, value, timestamp FROM metrics"
+                f" WHERE key = ? AND run_uuid IN ({marks})",
+                (key, *chunk),
+            )
+            if rows is None:  # not sqlite, or unreadable: one read per run through MLflow
+                for run_id in chunk:
+                    out[run_id] = list(self.metric_history(run_id, key))
+                continue
+            for run_id, step, value, ts in rows:
+                out[run_id].append((step, value, ts))
+        for points in out.values():
+            points.sort(key=lambda p: (p[0], p[2]))
+        return {r: [(int(s), float(v)) for s, v, _ in p] for r, p in out.items()}
+
     # --- writes that callers would otherwise reach through ``client`` for ------------------------
 
     def delete_run(self, run_id: str) -> None:
