@@ -18,10 +18,13 @@ from air_skills.gpu.providers import provider
 from air_skills.home import check_job_id
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
 from air_skills.runtime import passes as local
+from air_skills.runtime.log_search import BadPattern, LogSearch, search_log
 from air_skills.runtime.prepare import LaunchContext
 from air_skills.runtime.store import Store
+from air_skills.vocabulary import Direction
 
 MAX_LOG_BYTES = 256 * 1024
+RANK_POOL = 1000  # list(order_by=...) ranks the newest this many jobs
 
 
 def _resolved(folder: str) -> Path:
@@ -121,7 +124,21 @@ class Client:
         limit: int = 50,
         cursor: str | None = None,
         project: str | None = None,
+        metric: str | None = None,
+        order_by: str | None = None,
+        direction: Direction = "minimize",
     ) -> Page[JobInfo]:
+        """Jobs newest first, a page at a time; with ``order_by`` ("best" or "latest") and
+        ``metric``, the best ``limit`` of the newest 1000 by that value (one page, best first;
+        jobs without the metric last). ``scores`` gives the values."""
+        if order_by is not None:
+            from air_skills.tracking.compare import check_order, rank
+
+            check_order(order_by, metric)
+            pool = self.list(status, experiment, RANK_POOL, None, project).items
+            scores = self.scores([i.job_id for i in pool], str(metric), direction)
+            ranked = rank(pool, scores, order_by, direction)[:limit]
+            return Page[JobInfo](items=ranked, next_cursor=None)
         self.reconcile()
         value = None
         if status is not None:
@@ -154,6 +171,32 @@ class Client:
             items=[row_to_info(r) for r in rows],
             next_cursor=str(rows[-1]["seq"]) if more else None,
         )
+
+    def scores(
+        self,
+        job_ids: list[str],
+        metric: str,
+        direction: Direction = "minimize",
+        at_step: int | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Per job: the metric's latest value and step, best and its step (and at a step)."""
+        from air_skills.tracking.compare import metric_scores
+
+        found = metric_scores(
+            [self._row(j) for j in job_ids], self.tracker, metric, direction, at_step
+        )
+        return {job_id: score for job_id, score in found.items() if score}
+
+    def search_log(
+        self, job_id: str, pattern: str, last_match: bool = False, max_matches: int = 20
+    ) -> LogSearch:
+        """Lines of the job's log that match a regular expression (line numbers, byte offsets)."""
+        row = self._row(job_id)
+        self.backend(row["backend"]).logs(row)  # Ray holds the output: bring the file up to date
+        try:
+            return search_log(row["log_path"], pattern, last_match, max_matches)
+        except BadPattern as exc:
+            raise InvalidInput(str(exc), hint="give a Python regular expression") from None
 
     def logs(self, job_id: str, tail: int | None = 100, offset: int | None = None) -> LogChunk:
         """The last ``tail`` lines, or (with ``offset``) the bytes from that offset on."""
@@ -231,12 +274,20 @@ class Client:
             hist = self.tracker.history(run_id, keys or sorted(latest), max_points, latest)
         return Metrics(job_id=job_id, run_id=run_id, latest=latest, history=hist)
 
-    def compare(self, job_ids: list[str], metric: str | None = None) -> list[dict[str, Any]]:
-        """A compact table: job, status, config diff against the first job, latest, best, step."""
+    def compare(
+        self,
+        job_ids: list[str],
+        metric: str | None = None,
+        at_step: int | None = None,
+        direction: Direction = "minimize",
+    ) -> list[dict[str, Any]]:
+        """A compact table: job, status, config diff against the first job, latest, best, step
+        (and with ``at_step`` the value at that step or just before it)."""
         from air_skills.tracking.compare import compare_jobs
 
         self.reconcile()  # statuses as get() reports them
-        return compare_jobs([self._row(j) for j in job_ids], self.tracker, metric)
+        rows = [self._row(j) for j in job_ids]
+        return compare_jobs(rows, self.tracker, metric, direction, at_step)
 
     def wait(
         self,

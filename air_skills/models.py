@@ -159,6 +159,17 @@ class JobSpec(_Strict):
         default=None,
         description="a unified diff applied to the job's snapshot only (never the user's tree)",
     )
+    image: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$",
+        description="a container image (e.g. localhost/train:1): the job runs in it (podman or"
+        " docker, AIR_CONTAINER_ENGINE)",
+    )
+    image_digest: str | None = Field(
+        default=None,
+        pattern=r"^(sha256:)?[0-9a-f]{8,64}$",
+        description="the image's ID, set at launch; given, the image must still have it",
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -307,6 +318,8 @@ class JobInfo(BaseModel):
     borrowing: bool = False
     data: list[str] = Field(default_factory=list, description="data inputs as name@digest12")
     code: CodeInfo | None = Field(default=None, description="the code snapshot; None: live")
+    image: str | None = Field(default=None, description="the container image it runs in")
+    image_digest: str | None = Field(default=None, description="that image's ID (sha256:...)")
 
     @property
     def is_terminal(self) -> bool:

@@ -114,6 +114,12 @@ _TABLE = (
         "a number of seconds >= 0", _at_least(0),
     ),
     Setting(
+        "AIR_CONTAINER_ENGINE", "str", None,
+        "the engine that runs jobs with an `image` (`air doctor` checks it)",
+        "`podman` or `docker`", lambda v: v in ("podman", "docker"),
+        default_text="the first of podman and docker on PATH",
+    ),
+    Setting(
         "AIR_SUPERVISOR_LINGER_S", "float", 60.0,
         "seconds an idle supervisor waits for a pass to hand it a job (0: exit at once)",
         "a number of seconds >= 0", _at_least(0),

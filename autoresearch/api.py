@@ -26,6 +26,7 @@ from autoresearch.folder import (
 from autoresearch.journal import Journal, StudyState, TrialStatus
 from autoresearch.report import load_state
 from autoresearch.study import (
+    STUDIES_DIR,
     Study,
     check_runnable,
     default_study_dir,
@@ -144,7 +145,44 @@ def _trial_brief(t: Any) -> dict[str, Any]:
         "value": t.value,
         "job_id": t.job_id,
         "source": t.source,
+        "decision": _decision(t),
     }
+
+
+# What a final trial's decision means, for an agent that reads get_study's `recent`.
+DECISIONS = {
+    "keep": "keep: the new best",
+    "discard": "discard: within the noise floor of the best, or worse",
+    "baseline": "baseline: the reference the others are judged against",
+    "noise": "noise: a repeat of the baseline that measures the noise floor",
+}
+
+
+def _decision(t: Any) -> str | None:
+    """The trial's decision in words: keep, discard (within the noise floor), pruned, ..."""
+    if t.status == TrialStatus.PRUNED:
+        return f"pruned: {t.failure}" if t.failure else "pruned: stopped early"
+    if t.decision:
+        return DECISIONS.get(t.decision, t.decision)
+    if t.status.is_final() and t.status != TrialStatus.SUCCEEDED:
+        return t.status.value.lower() + (f": {t.failure}" if t.failure else "")
+    return None
+
+
+def _noise_warning(state: StudyState) -> list[str]:
+    n = len(state.noise_values)
+    if 0 < n < 3:
+        return [f"the noise floor comes from {n} sample(s): treat small gains as noise"]
+    return []
+
+
+def study_folder(study: str | Path) -> Path:
+    """A study folder given as a path, or as a study's name (./studies/<name>)."""
+    folder = Path(study).expanduser().resolve()
+    named = (Path.cwd() / STUDIES_DIR / str(study)).resolve()
+    if not folder.is_dir() and "/" not in str(study) and named.is_dir():
+        return named
+    return folder
 
 
 def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any]:
@@ -180,6 +218,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
             "diff": best.diff,
             "job_id": best.job_id,
             "run_id": best.run_id,
+            "reason": best.rationale[:300] or best.source,
         },
         "running": [
             {**_trial_brief(t), "steps": t.steps}
@@ -208,7 +247,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "recent": [_trial_brief(t) for t in trials if t.status.is_final()][-5:],
         "invalid_proposals": state.invalid_proposals,
         "fallbacks": state.fallbacks,
-        "warnings": list(dict.fromkeys(state.warnings))[-5:],
+        "warnings": list(dict.fromkeys(state.warnings + _noise_warning(state)))[-5:],
         "last_error": state.last_error,
         "report": str(study_dir / REPORT_FILE) if (study_dir / REPORT_FILE).exists() else None,
     }
@@ -218,8 +257,9 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
 
 
 def get_study(study_dir: str | Path) -> dict[str, Any]:
-    """A compact view of a study: state, best, running trials, budget spent and left."""
-    folder = Path(study_dir).expanduser().resolve()
+    """A compact view of a study (a folder, or a name in ./studies): state, best, running
+    trials, the recent trials' decisions, budget spent and left."""
+    folder = study_folder(study_dir)
     study, state = load_state(folder)
     return summarize(folder, study, state)
 

@@ -198,6 +198,8 @@ class Study(_Strict):
     objective: Objective
     budget: Budget = Field(default_factory=Budget)
     gpus_per_trial: int | None = Field(default=None, ge=0)  # None: 1 if the pool has GPUs, else 0
+    # Processes per trial, run as a torchrun gang (gpu: one per GPU); see JobSpec.procs.
+    procs_per_trial: int | Literal["gpu"] = 1
     proposer: ProposerConfig = Field(default_factory=lambda: TpeProposerConfig(type="tpe"))
     early_stopping: EarlyStopping = Field(default_factory=EarlyStopping)
     noise: Noise = Field(default_factory=Noise)
@@ -254,6 +256,10 @@ class Study(_Strict):
                 f"noise.seed_key {self.noise.seed_key!r} is also in search_space; "
                 "the noise repeats need to set it themselves"
             )
+        if isinstance(self.procs_per_trial, int) and self.procs_per_trial < 1:
+            problems.append("procs_per_trial must be at least 1 (or 'gpu': one per GPU)")
+        if self.procs_per_trial == "gpu" and self.gpus_per_trial == 0:
+            problems.append("procs_per_trial: gpu runs one process per GPU: set gpus_per_trial")
         if problems:
             raise ValueError("\n".join(problems))
         return self

@@ -50,6 +50,7 @@ def trial_spec(study: Study, state: StudyState, t: Trial, gpus: int) -> Any:
         workdir=study.workdir,
         config=t.config,
         gpus=gpus,
+        procs=study.procs_per_trial,
         experiment=study.experiment_name,
         tags=tags,
         env=dict(study.env),

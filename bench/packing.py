@@ -14,8 +14,15 @@ submissions after a head reserved by age may still overtake it), and with estima
 the real duration). Two arrival patterns: a burst
 (all 200 queued at t=0) and a Poisson stream offered at 1.5x the pool's capacity.
 
+The **classes** rows repeat durations per job class, as an agent's studies and sweeps do:
+CLASSES classes (one size and one typical duration each), every job its class's duration
+times 10% noise. Without estimates, with learned ones (runtime/estimates.py: the median of
+the class's finished jobs times a safety factor, once it has MIN_SAMPLES), and with the exact
+durations (the oracle). "big wait" is the longest wait of an 8-GPU job: never starved.
+
     python bench/packing.py                 # 10 seeds
     python bench/packing.py --seeds 20 --jobs 500
+    python bench/packing.py --classes 5     # fewer, larger job classes
 
 A quota scenario from ``bench/packing_quota.py`` is printed after, when that file is present
 (it exposes ``lines() -> list[str]``, or ``main()`` that prints its own).
@@ -33,6 +40,8 @@ from dataclasses import dataclass
 
 from _common import table, verdict
 
+from air_skills.runtime.estimates import RECENT
+from air_skills.runtime.estimates import estimate as learned_estimate
 from air_skills.runtime.passes import queue_window
 from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
 
@@ -43,6 +52,8 @@ MEDIAN_S = 300.0  # lognormal durations: median 5 minutes
 SIGMA = 1.2  # heavy tail: the mean is about 2x the median, the longest of 200 about 25x
 STARVATION_S = 30.0  # the scheduler's default
 BYPASS = 64  # bounded bypass: jobs submitted after a reserved head that may still overtake it
+CLASSES = 20  # job classes of the repeating workload (a study's trials, a sweep)
+CLASS_NOISE = 0.1  # run-to-run noise within a class (lognormal sigma)
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,13 @@ class SimJob:
     duration_s: float
     arrival_s: float
     estimate_s: float  # what the user declared (a timeout): an upper bound
+    klass: str = ""  # jobs of one class run about as long (same command and study)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    makespan_s: float
+    big_wait_s: float  # the longest wait (start - arrival) of a job that needs every GPU
 
 
 def workload(n: int, seed: int, pattern: str) -> list[SimJob]:
@@ -69,6 +87,29 @@ def workload(n: int, seed: int, pattern: str) -> list[SimJob]:
         dur = rng.lognormvariate(math.log(MEDIAN_S), SIGMA)
         gpus = rng.choices(sizes, weights)[0]
         jobs.append(SimJob(f"j{i:04d}", gpus, dur, t, dur * rng.uniform(1.0, 3.0)))
+    return jobs
+
+
+def class_workload(n: int, seed: int, pattern: str, classes: int = CLASSES) -> list[SimJob]:
+    """``n`` jobs of ``classes`` classes (one size and one typical duration each, drawn as in
+    ``workload``); a job's duration is its class's times lognormal noise (sigma CLASS_NOISE)."""
+    rng = random.Random(seed)
+    sizes, weights = zip(*SIZES, strict=True)
+    kinds = [
+        (rng.choices(sizes, weights)[0], rng.lognormvariate(math.log(MEDIAN_S), SIGMA))
+        for _ in range(classes)
+    ]
+    mean_work = sum(g * d for g, d in kinds) / classes
+    rate = 1.5 * GPUS / mean_work  # poisson: offered load 1.5x capacity
+    t = 0.0
+    jobs = []
+    for i in range(n):
+        if pattern == "poisson" and i:
+            t += rng.expovariate(rate)
+        k = rng.randrange(classes)
+        gpus, typical = kinds[k]
+        dur = typical * rng.lognormvariate(0.0, CLASS_NOISE)
+        jobs.append(SimJob(f"j{i:04d}", gpus, dur, t, dur * rng.uniform(1.0, 3.0), f"c{k}"))
     return jobs
 
 
@@ -117,19 +158,48 @@ def fifo_policy() -> Policy:
     return decide
 
 
-def simulate(jobs: list[SimJob], policy: Policy, estimates: str = "none") -> float:
-    """Run the workload on the virtual clock; returns the makespan (last end - first arrival)."""
+def simulate(jobs: list[SimJob], policy: Policy, estimates: str = "none") -> SimResult:
+    """Run the workload on the virtual clock: the makespan (last end - first arrival) and the
+    longest wait of a job that needs every GPU.
+
+    ``estimates``: none, exact (the oracle), timeout (as declared) or learned (runtime/
+    estimates.py from the class's finished jobs, recomputed at every pass as the pass does).
+    """
     by_id = {j.job_id: j for j in jobs}
     seq = {j.job_id: i for i, j in enumerate(jobs)}
     events: list[tuple[float, int, str]] = []  # (time, 0 = completion / 1 = arrival, job)
     for j in jobs:
         heapq.heappush(events, (j.arrival_s, 1, j.job_id))
-    queued: dict[str, QueuedJob] = {}
-    running: dict[str, RunningJob] = {}
+    queued: set[str] = set()
+    running: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (GPUs, start)
+    history: dict[str, list[float]] = {}  # class -> durations of its finished jobs
     end = 0.0
+    big_wait = 0.0
 
     def estimate(j: SimJob) -> float | None:
+        if estimates == "learned":
+            return learned_estimate(history.get(j.klass, [])[-RECENT:])
         return {"none": None, "exact": j.duration_s, "timeout": j.estimate_s}[estimates]
+
+    def queued_job(j: SimJob) -> QueuedJob:
+        est = estimate(j)
+        learned = estimates == "learned" and est is not None
+        return QueuedJob(
+            j.job_id, j.gpus, 1, seq[j.job_id], j.arrival_s, duration_est_s=est, learned=learned
+        )
+
+    def running_job(job_id: str) -> RunningJob:
+        gpus, start = running[job_id]
+        est = estimate(by_id[job_id])
+        return RunningJob(
+            job_id,
+            gpus,
+            1,
+            False,
+            start,
+            expected_end=None if est is None else start + est,
+            end_guessed=estimates == "learned" and est is not None,
+        )
 
     while events:
         now = events[0][0]
@@ -137,28 +207,27 @@ def simulate(jobs: list[SimJob], policy: Policy, estimates: str = "none") -> flo
             _, kind, job_id = heapq.heappop(events)
             j = by_id[job_id]
             if kind == 1:
-                queued[job_id] = QueuedJob(
-                    job_id, j.gpus, 1, seq[job_id], j.arrival_s, duration_est_s=estimate(j)
-                )
+                queued.add(job_id)
             else:
                 del running[job_id]
+                history.setdefault(j.klass, []).append(j.duration_s)
                 end = max(end, now)
-        starts = policy(list(queued.values()), list(running.values()), now)
-        held = {g for r in running.values() for g in r.gpus}
+        q = [queued_job(by_id[i]) for i in sorted(queued, key=seq.__getitem__)]
+        starts = policy(q, [running_job(i) for i in running], now)
+        held = {g for gpus, _ in running.values() for g in gpus}
         for job_id, gpus in starts:
             assert len(gpus) == by_id[job_id].gpus and not held & set(gpus), "GPU given twice"
             held |= set(gpus)
-            del queued[job_id]
+            queued.remove(job_id)
             j = by_id[job_id]
-            est = estimate(j)
-            running[job_id] = RunningJob(
-                job_id, gpus, 1, False, now, expected_end=None if est is None else now + est
-            )
+            running[job_id] = (gpus, now)
+            if j.gpus == GPUS:
+                big_wait = max(big_wait, now - j.arrival_s)
             heapq.heappush(events, (now + j.duration_s, 0, job_id))
         # A job that cannot start waits for the next completion: the queue only
         # drains, the scheduler is called again then.
     assert not queued and not running, "jobs left over: the scheduler starved someone"
-    return end - min(j.arrival_s for j in jobs)
+    return SimResult(end - min(j.arrival_s for j in jobs), big_wait)
 
 
 def quota_lines() -> list[str]:
@@ -174,58 +243,85 @@ def quota_lines() -> list[str]:
     return []
 
 
+LABELS = {
+    "fifo": "strict FIFO",
+    "none": "air, no estimates",
+    "bypass": f"air, no estimates, bypass <= {BYPASS}",
+    "learned": "air, learned estimates (EASY)",
+    "exact": "air, exact estimates (EASY)",
+    "timeout": "air, timeouts 1-3x (EASY)",
+}
+# (row label, workload, arrivals, the rows measured on it)
+SCENARIOS = (
+    ("burst", workload, "burst", ("fifo", "none", "bypass", "exact", "timeout")),
+    ("poisson", workload, "poisson", ("fifo", "none", "bypass", "exact", "timeout")),
+    ("classes, burst", class_workload, "burst", ("fifo", "none", "learned", "exact")),
+    ("classes, poisson", class_workload, "poisson", ("fifo", "none", "learned", "exact")),
+)
+
+
+def run_row(jobs: list[SimJob], key: str) -> SimResult:
+    if key == "fifo":
+        return simulate(jobs, fifo_policy())
+    if key == "bypass":
+        return simulate(jobs, air_policy("none", BYPASS))
+    return simulate(jobs, air_policy(key), key)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--classes", type=int, default=CLASSES, help="job classes (classes rows)")
     args = parser.parse_args(argv)
 
     rows = []
-    worst: dict[str, float] = {}
-    for pattern in ("burst", "poisson"):
-        ratios: dict[str, list[float]] = {
-            "fifo": [],
-            "none": [],
-            "bypass": [],
-            "exact": [],
-            "timeout": [],
-        }
+    mean: dict[str, float] = {}
+    for name, make, pattern, keys in SCENARIOS:
+        ratios: dict[str, list[float]] = {k: [] for k in keys}
+        waits: dict[str, float] = dict.fromkeys(keys, 0.0)
         for seed in range(args.seeds):
-            jobs = workload(args.jobs, seed, pattern)
-            bound = lower_bound(jobs)
-            ratios["fifo"].append(simulate(jobs, fifo_policy()) / bound)
-            ratios["bypass"].append(simulate(jobs, air_policy("none", BYPASS)) / bound)
-            for est in ("none", "exact", "timeout"):
-                ratios[est].append(simulate(jobs, air_policy(est), est) / bound)
-        for key, label in (
-            ("fifo", "strict FIFO"),
-            ("none", "air, no estimates"),
-            ("bypass", f"air, no estimates, bypass <= {BYPASS}"),
-            ("exact", "air, exact estimates (EASY)"),
-            ("timeout", "air, timeouts 1-3x (EASY)"),
-        ):
-            values = ratios[key]
-            rows.append(
-                [pattern, label, statistics.mean(values), min(values), max(values)]
-                + (
-                    [f"<= {GOAL}", verdict(statistics.mean(values), GOAL, False)]
-                    if key != "fifo"
-                    else ["", ""]
-                )
+            jobs = (
+                class_workload(args.jobs, seed, pattern, args.classes)
+                if make is class_workload
+                else make(args.jobs, seed, pattern)
             )
-            worst[f"{pattern}/{key}"] = statistics.mean(values)
+            bound = lower_bound(jobs)
+            for key in keys:
+                res = run_row(jobs, key)
+                ratios[key].append(res.makespan_s / bound)
+                waits[key] = max(waits[key], res.big_wait_s)
+        for key in keys:
+            values = ratios[key]
+            goal = [f"<= {GOAL}", verdict(statistics.mean(values), GOAL, False)]
+            rows.append(
+                [name, LABELS[key], statistics.mean(values), min(values), max(values)]
+                + [waits[key] / 60]
+                + (goal if key != "fifo" else ["", ""])
+            )
+            mean[f"{name}/{key}"] = statistics.mean(values)
 
     print(
         f"{args.jobs} jobs of 1/2/4/8 GPUs (60/25/10/5%), lognormal durations (median"
-        f" {MEDIAN_S:.0f} s, sigma {SIGMA}), {GPUS} GPUs, seeds 0-{args.seeds - 1}\n"
-        "makespan / lower bound (max(sum gpu*duration / 8, max arrival+duration))\n"
+        f" {MEDIAN_S:.0f} s, sigma {SIGMA}), {GPUS} GPUs, seeds 0-{args.seeds - 1}; classes:"
+        f" {args.classes} job classes, each job its class's duration x lognormal(sigma"
+        f" {CLASS_NOISE})\n"
+        "makespan / lower bound (max(sum gpu*duration / 8, max arrival+duration)); big wait:"
+        " the longest wait of an 8-GPU job over all seeds\n"
     )
-    print(table(["arrivals", "scheduler", "mean", "min", "max", "goal", ""], rows))
+    header = ["arrivals", "scheduler", "mean", "min", "max", "big wait (min)", "goal", ""]
+    print(table(header, rows))
     for pattern in ("burst", "poisson"):
         print(
-            f"\n{pattern}: air {worst[f'{pattern}/none']:.3f} (no estimates),"
-            f" {worst[f'{pattern}/bypass']:.3f} (bypass <= {BYPASS}),"
-            f" {worst[f'{pattern}/timeout']:.3f} (timeouts) vs FIFO {worst[f'{pattern}/fifo']:.3f}"
+            f"\n{pattern}: air {mean[f'{pattern}/none']:.3f} (no estimates),"
+            f" {mean[f'{pattern}/bypass']:.3f} (bypass <= {BYPASS}),"
+            f" {mean[f'{pattern}/timeout']:.3f} (timeouts) vs FIFO {mean[f'{pattern}/fifo']:.3f}"
+        )
+        k = f"classes, {pattern}"
+        print(
+            f"{k}: air {mean[f'{k}/learned']:.3f} (learned estimates),"
+            f" {mean[f'{k}/none']:.3f} (none), {mean[f'{k}/exact']:.3f} (oracle)"
+            f" vs FIFO {mean[f'{k}/fifo']:.3f}"
         )
     extra = quota_lines()
     if extra:

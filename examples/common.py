@@ -119,6 +119,27 @@ def pick_device(name: str) -> str:
     return name
 
 
+def distributed(name: str) -> tuple[int, int, str]:
+    """(rank, world size, device) of this process.
+
+    Under torchrun (``air launch --procs N``: WORLD_SIZE > 1) it joins the process group:
+    NCCL with one GPU per local rank when CUDA is there, gloo on CPU. Alone: rank 0 of 1.
+    """
+    device = pick_device(name)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, device
+    import torch
+    import torch.distributed as dist
+
+    if device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return dist.get_rank(), world, device
+
+
 class Tracker:
     """MLflow logging when the job has MLflow env (AIR sets it); otherwise printing only.
 
@@ -126,10 +147,11 @@ class Tracker:
     params); with only a tracking URI or experiment, a new run is started with the config.
     """
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], enabled: bool = True) -> None:
         self.logged: set[str] = set()
         self.mlflow: Any = None
-        if not any(os.environ.get(k) for k in MLFLOW_ENV):
+        # In a gang every rank has the run's id; only rank 0 logs (enabled), once per step.
+        if not enabled or not any(os.environ.get(k) for k in MLFLOW_ENV):
             return
         import mlflow  # only here: importing it takes over a second
 

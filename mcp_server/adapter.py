@@ -47,6 +47,67 @@ def forbid_extra(tool: Tool) -> Tool:
     )
     tool.fn_metadata.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
+    return compact_tool(tool)
+
+
+LOOSE_BOUND = 1_000
+
+
+def compact_schema(node: Any, in_properties: bool = False) -> Any:
+    """A JSON schema without what a client does not need: titles, null defaults, the null
+    branch of optional fields (replies drop None fields; arguments may still be null)."""
+    if isinstance(node, list):
+        return [compact_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if in_properties:  # keys here are field names, never keywords
+        return {k: compact_schema(v) for k, v in node.items()}
+    if "properties" in node and "$ref" not in node:  # a model's docstring: the field says it
+        node = {k: v for k, v in node.items() if k != "description" or "type" not in node}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key == "default" and value is None:
+            continue
+        if key in ("maxLength", "maxItems") and value >= LOOSE_BOUND:
+            continue  # a bound no sensible call comes near: enforced, but not worth sending
+        out[key] = compact_schema(value, in_properties=key in ("properties", "$defs"))
+    branches = out.get("anyOf")
+    if isinstance(branches, list) and {"type": "null"} in branches:
+        rest = [b for b in branches if b != {"type": "null"}]
+        if len(rest) == 1:
+            del out["anyOf"]
+            out = {**rest[0], **out}
+    return out
+
+
+def shape_only(node: Any) -> Any:
+    """An output schema reduced to its shape: field names and types. The text content and
+    the tool's description say what the fields mean; the tool list stays small (issue 18)."""
+    if isinstance(node, list):
+        return [shape_only(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    drop = ("description", "default", "format", "additionalProperties", "$defs", "enum")
+    if "$ref" in node:  # a nested model: an object (its fields are in the text and the docs)
+        return {"type": "object"}
+    out = {}
+    for key, value in node.items():
+        if key in drop and (key == "$defs" or not isinstance(value, dict)):
+            continue
+        if key == "properties":
+            out[key] = {k: shape_only(v) for k, v in value.items()}
+        else:
+            out[key] = shape_only(value)
+    return out
+
+
+def compact_tool(tool: Tool) -> Tool:
+    """The tool with compact input and output schemas: the tool list is sent on every session."""
+    tool.parameters = compact_schema(tool.parameters)
+    if tool.fn_metadata.output_schema is not None:
+        tool.fn_metadata.output_schema = shape_only(compact_schema(tool.fn_metadata.output_schema))
     return tool
 
 

@@ -6,10 +6,14 @@ import itertools
 import json
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from air_skills.models import JobInfo
-from mcp_server.schemas import JobPage, LogReply, WaitReply
+from mcp_server.schemas import CompareReply, JobPage, LogReply, WaitReply
+
+CONFIG_CHARS = 300
+MESSAGE_CHARS = 200
+WAIT_TAIL_CHARS = 400
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -31,48 +35,149 @@ def frame_output(job_id: str, text: str) -> str:
     )
 
 
-def render_job(job: JobInfo) -> str:
-    """One line (plus the framed log tail for a failure) that says where the job stands."""
-    parts = [f"{job.job_id} ({job.name}) {job.status.value}"]
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5g}"
+
+
+def render_score(score: Any, metric: str | None = None) -> str:
+    """``val_loss best 1.67@3000 latest 1.70@4000`` (steps after the @)."""
+    if score is None:
+        return f"{metric}: not logged" if metric else ""
+    name = f"{metric} " if metric else ""
+    return (
+        f"{name}best {_num(score.best)}@{score.best_step} latest {_num(score.latest)}@{score.step}"
+    )
+
+
+def _duration(job: Any) -> str | None:
+    if job.started_at is None:
+        return None
+    end = job.ended_at or datetime.now(UTC)
+    seconds = max(0.0, (end - job.started_at).total_seconds())
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f}min"
+
+
+def short_config(config: dict[str, Any] | None, limit: int = CONFIG_CHARS) -> str:
+    """``lr=0.1 depth=2``, cut to ``limit`` characters."""
+    if not config:
+        return "none (script defaults)"
+    text = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in config.items())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_NEXT = {
+    "QUEUED": "wait_for_jobs(job_ids=[{id}])",
+    "RUNNING": "wait_for_jobs(job_ids=[{id}]); get_logs(job_id={id}, grep=...) to peek",
+    "SUCCEEDED": "get_metrics(job_id={id}) or compare_jobs",
+    "FAILED": "read the log tail; fix the cause, then launch again",
+    "TIMED_OUT": "raise timeout_min or shorten the run, then launch again",
+    "CANCELLED": "nothing to do",
+    "PRUNED": "nothing to do (stopped early by its study)",
+}
+
+
+def job_line(job: Any, metric: str | None = None) -> str:
+    """One line: id, name, status, failure kind, duration, GPUs, attempts, metric."""
+    parts = [f"{job.job_id} ({job.name}) {job.status}"]
     if job.failure_kind:
         parts.append(f"[{job.failure_kind} failure]")
+    if job.exit_code is not None:
+        parts.append(f"exit {job.exit_code}")
+    took = _duration(job)
+    if took:
+        parts.append(("ran " if job.ended_at else "running ") + took)
     if job.gpus:
-        parts.append("on GPU " + ",".join(map(str, job.gpus)))
+        parts.append("GPU " + ",".join(map(str, job.gpus)))
     if job.attempts > 1:
         parts.append(f"attempt {job.attempts}")
-    line = " ".join(parts)
-    if job.message:
-        line += f" - {job.message}"
+    if getattr(job, "score", None) is not None or metric:
+        parts.append(render_score(job.score, metric))
+    return " ".join(parts)
+
+
+def render_job(job: Any, metric: str | None = None) -> str:
+    """What get_job promises, in a few lines: status and why, config, run, log, next step."""
+    lines = [job_line(job, metric)]
+    if job.message and job.message != job.status:
+        lines.append(f"message: {job.message[:MESSAGE_CHARS]}")
+    lines.append(f"config: {short_config(getattr(job, 'config', None))}")
+    where = [f"run {job.run_id}" if job.run_id else "not tracked"]
+    if job.log_path:
+        where.append(f"log {job.log_path}")
+    lines.append("; ".join(where))
+    lines.append("next: " + _NEXT.get(str(job.status), "get_job").format(id=job.job_id))
     tail = getattr(job, "log_tail", None)
     if tail:
-        line += "\nlog tail:\n" + frame_output(job.job_id, tail)
-    return line
-
-
-def render_page(page: JobPage) -> str:
-    """Jobs newest first, a run of jobs in the same status on one line (compact for 50 jobs)."""
-    lines = [f"{len(page.items)} job(s), newest first"]
-    if page.next_cursor:
-        lines[0] += f"; older ones: call list_jobs with cursor={page.next_cursor}"
-    for status, group in itertools.groupby(page.items, key=lambda j: j.status):
-        jobs = "; ".join(
-            f"{j.job_id} {j.name}{f' [{j.failure_kind}]' if j.failure_kind else ''}" for j in group
-        )
-        lines.append(f"{status}: {jobs}")
+        lines.append("log tail:\n" + frame_output(job.job_id, tail))
     return "\n".join(lines)
 
 
+def render_page(page: JobPage) -> str:
+    """One line per job (newest first, or best first with order_by): compact for 50 jobs."""
+    head = f"{len(page.items)} job(s)"
+    head += f", {page.metric} per job" if page.metric else ", newest first"
+    if page.next_cursor:
+        head += f"; older ones: call list_jobs with cursor={page.next_cursor}"
+    lines = [head]
+    if not page.metric:  # a run of jobs in one status on one line
+        for status, group in itertools.groupby(page.items, key=lambda j: j.status):
+            jobs = "; ".join(f"{j.job_id} {j.name}{_kind(j)}" for j in group)
+            lines.append(f"{status}: {jobs}")
+        return "\n".join(lines)
+    for j in page.items:
+        lines.append(f"{j.job_id} {j.name} {j.status}{_kind(j)} {render_score(j.score)}")
+    return "\n".join(lines)
+
+
+def _kind(job: Any) -> str:
+    return f" [{job.failure_kind}]" if job.failure_kind else ""
+
+
 def render_logs(reply: LogReply) -> str:
-    """The byte range read, the framed text, and how to read more."""
-    head = f"bytes {reply.offset}-{reply.next_offset} of {reply.size}"
-    text = frame_output(reply.job_id, reply.text) if reply.text else f"(no output in {head})"
+    """The byte range read (or the grep matches), the framed text, and how to read more."""
+    if reply.matches is not None:
+        head = f"{reply.total_matches} matching line(s) in {reply.size} bytes"
+        found = "\n".join(f"line {m.line} @byte {m.offset}: {m.text}" for m in reply.matches)
+        text = frame_output(reply.job_id, found) if found else "(no match)"
+    else:
+        head = f"bytes {reply.offset}-{reply.next_offset} of {reply.size}"
+        text = frame_output(reply.job_id, reply.text) if reply.text else f"(no output in {head})"
     return f"{head}\n{text}" + (f"\n{reply.more}" if reply.more else "")
 
 
 def render_wait(reply: WaitReply) -> str:
-    """Done or timed out, then one line per job."""
+    """Done or timed out, then each job's line (with the metric), and failures' tails."""
     state = "done" if reply.done else "timed out; call again to keep waiting"
-    return "\n".join([f"wait: {state}"] + [render_job(j) for j in reply.jobs])
+    lines = [f"wait: {state}"]
+    for job in reply.jobs:
+        lines.append(job_line(job, reply.metric))
+        if job.log_tail:
+            lines.append(frame_output(job.job_id, job.log_tail[-WAIT_TAIL_CHARS:]))
+    return "\n".join(lines)
+
+
+def render_compare(reply: CompareReply) -> str:
+    """One line per job: its diff against the first, its command if other, the metric."""
+    lines = [
+        f"compare {reply.metric or 'latest metrics'}"
+        + (f" at step {reply.at_step}" if reply.at_step is not None else "")
+    ]
+    for row in reply.rows:
+        diff = short_config(row.diff, 200) if row.diff else "(same config as the first)"
+        line = f"{row.job_id} {row.status}: {diff if row is not reply.rows[0] else 'base'}"
+        if reply.metric:
+            latest = row.latest if isinstance(row.latest, float) else None
+            line += f"; best {_num(row.best)}@{row.best_step} latest {_num(latest)}@{row.step}"
+            if row.at_step is not None:
+                line += f"; at step {row.at_step.step}: {_num(row.at_step.value)}"
+            elif reply.at_step is not None:
+                line += f"; nothing logged by step {reply.at_step}"
+        elif isinstance(row.latest, dict):
+            line += "; " + short_config(row.latest, 200)
+        if row.command:
+            line += f"; command {' '.join(row.command)[:200]}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 _QUIET = {"borrowing": False, "data": []}  # job and GPU fields that say nothing at their default
@@ -104,6 +209,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {
     "list_jobs": render_page,
     "get_logs": render_logs,
     "wait_for_jobs": render_wait,
+    "compare_jobs": render_compare,
 }
 
 

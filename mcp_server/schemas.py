@@ -19,13 +19,54 @@ class _Reply(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class MetricScore(_Reply):
+    """One metric of one job: its latest value and step, its best and the step of the best."""
+
+    latest: float | None = None
+    step: int | None = None
+    best: float | None = None
+    best_step: int | None = None
+
+
+# The fields a job reply's published output schema names (its reply holds the others too, as
+# JobInfo has them: an output schema allows more fields than it names). The tool list is sent
+# to the model in every session; naming every JobInfo field four times cost ~4 KB of it.
+JOB_SCHEMA_FIELDS = (
+    "job_id",
+    "name",
+    "status",
+    "failure_kind",
+    "exit_code",
+    "message",
+    "gpus",
+    "attempts",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "run_id",
+    "log_path",
+    "log_tail",
+    "config",
+    "score",
+)
+
+
+def _published_fields(schema: dict[str, Any]) -> None:
+    props = schema.get("properties", {})
+    schema["properties"] = {k: v for k, v in props.items() if k in JOB_SCHEMA_FIELDS}
+
+
 class JobReply(JobInfo):
     """A job, as `get_job`, `launch_job` and `cancel_job` return it."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_published_fields)
+
+    status: str = Field(description="JobStatus; PRUNED: cancelled by a study's early stopping")  # type: ignore[assignment]
     log_tail: str | None = Field(
-        default=None,
-        description=f"last lines of the log when the job failed or timed out ({JOB_OUTPUT_NOTE})",
+        default=None, description=f"log tail of a failed or timed-out job ({JOB_OUTPUT_NOTE})"
     )
+    config: dict[str, Any] | None = Field(default=None, description="the job's config")
+    score: MetricScore | None = Field(default=None, description="the asked metric")
 
 
 class JobSummary(_Reply):
@@ -35,6 +76,7 @@ class JobSummary(_Reply):
     name: str
     status: str
     failure_kind: Literal["user", "infra"] | None = None
+    score: MetricScore | None = None
 
 
 class JobPage(_Reply):
@@ -42,6 +84,13 @@ class JobPage(_Reply):
     next_cursor: str | None = Field(
         default=None, description="pass as cursor to list_jobs for the next (older) page"
     )
+    metric: str | None = None
+
+
+class LogLine(_Reply):
+    line: int
+    offset: int = Field(description="byte offset of the line")
+    text: str
 
 
 class LogReply(_Reply):
@@ -52,6 +101,8 @@ class LogReply(_Reply):
     size: int = Field(description="log size in bytes now")
     truncated: bool = Field(description="true when the log holds more than this reply shows")
     more: str | None = Field(default=None, description="how to get the rest")
+    matches: list[LogLine] | None = Field(default=None, description="grep: the matching lines")
+    total_matches: int | None = None
 
 
 class MetricsReply(_Reply):
@@ -63,25 +114,35 @@ class MetricsReply(_Reply):
     )
 
 
+class StepValue(_Reply):
+    step: int
+    value: float
+
+
 class CompareRow(_Reply):
     job_id: str
     status: str
     diff: dict[str, Any] = Field(
         default_factory=dict, description="config values that differ from the first job's"
     )
+    command: list[str] | None = Field(default=None, description="when not the first job's")
     latest: float | dict[str, float] | None = None
+    step: int | None = None
     best: float | None = None
-    step: float | None = None
+    best_step: int | None = None
+    at_step: StepValue | None = None
 
 
 class CompareReply(_Reply):
     metric: str | None = None
+    at_step: int | None = None
     rows: list[CompareRow]
 
 
 class WaitReply(_Reply):
     done: bool = Field(description="the wait condition (any or all ended) was met")
     timed_out: bool
+    metric: str | None = None
     jobs: list[JobReply]
 
 

@@ -29,7 +29,7 @@ from mcp_server import tools
 from mcp_server.adapter import describe, error_result, forbid_extra, ok_result
 from mcp_server.render import render_wait
 from mcp_server.schemas import WaitReply
-from mcp_server.tools.jobs import WaitProgress, wait_check, wait_is_over, wait_reply
+from mcp_server.tools.wait import WaitProgress, wait_check, wait_is_over, wait_reply
 
 MAX_WAITS_PER_SESSION = 64
 MAX_WAITS_IN_ALL = 256
@@ -47,6 +47,8 @@ async def wait_async(
     mode: str,
     report: Report | None,
     limiter: anyio.CapacityLimiter,
+    metric: str | None = None,
+    direction: str = "minimize",
 ) -> WaitReply:
     """Wait until any (or all) of the jobs end, up to ``timeout_s``, without holding a thread."""
     ids = list(dict.fromkeys(job_ids))
@@ -63,7 +65,9 @@ async def wait_async(
             break
         await anyio.sleep(min(delay, left))
         delay = min(delay * 1.5, MAX_DELAY_S)
-    return await anyio.to_thread.run_sync(wait_reply, client, infos, mode, limiter=limiter)
+    return await anyio.to_thread.run_sync(
+        wait_reply, client, infos, mode, metric, direction, limiter=limiter
+    )
 
 
 class WaitSlots:
@@ -123,6 +127,8 @@ def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
                     kwargs.get("mode", sig.parameters["mode"].default),
                     ctx.report_progress,
                     pool[0],
+                    kwargs.get("metric"),
+                    kwargs.get("direction", "minimize"),
                 )
         except AirError as exc:
             return error_result(exc)

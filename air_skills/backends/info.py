@@ -36,7 +36,14 @@ def row_to_info(row: sqlite3.Row) -> JobInfo:
         borrowing=bool(row["borrowing"]),
         data=_data_refs(row["spec"]),
         code=CodeInfo.model_validate_json(row["code"]) if row["code"] else None,
+        **_image(row["spec"]),
     )
+
+
+def _image(spec_json: str) -> dict[str, str | None]:
+    """The container image the job runs in and its ID (both None for a job on the host)."""
+    spec = json.loads(spec_json)
+    return {"image": spec.get("image"), "image_digest": spec.get("image_digest")}
 
 
 def _data_refs(spec_json: str) -> list[str]:

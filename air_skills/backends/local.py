@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 
 from air_skills.backends.base import already_finished
+from air_skills.backends.images import attach_image, image_tags, resolve_image
 from air_skills.backends.info import row_to_info
 from air_skills.errors import InsufficientGpus, NotFound
 from air_skills.gpu.providers import provider
@@ -21,6 +22,7 @@ from air_skills.runtime.prepare import (
     job_name,
     prepare_job,
 )
+from air_skills.tracking.mlflow import tracking_uri
 
 
 class LocalBackend:
@@ -34,10 +36,12 @@ class LocalBackend:
         store = self.runtime.store
         self._check_gpus(spec)
         if dry_run:
+            spec, _ = resolve_image(spec)
             return self._dry_run_info(spec, self._code(spec, store=False))
         existing = find_by_idempotency_key(store, spec.idempotency_key)
         if existing is not None:
             return row_to_info(existing)
+        spec, image = resolve_image(spec)  # its ID now: an unknown image is refused here
         code = self._code(spec)  # snapshot and patch checked: a refusal leaves nothing behind
         job = prepare_job(
             self.runtime,
@@ -46,9 +50,10 @@ class LocalBackend:
             data=spec.data,
             track=spec.track,
             experiment=spec.experiment,
-            tags=dict(spec.tags),
+            tags={**spec.tags, **image_tags(image)},
             code=code,
         )
+        attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
         write_launch_env(job.jdir)  # whichever process starts the job, it gets this environment
         gpus = passes.schedulable_gpus(store)
         with store.tx() as c:  # queued and scheduled at once: one transaction

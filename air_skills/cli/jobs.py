@@ -32,6 +32,7 @@ from air_skills.cli.output import (
     wait_progress,
 )
 from air_skills.errors import InvalidInput, InvalidSpec
+from air_skills.runtime.gang import filter_rank
 
 # --- launch ------------------------------------------------------------------------------------
 
@@ -129,6 +130,10 @@ def launch(
     args: Optional[list[str]] = typer.Argument(None, help="[SPEC.yaml] [-- COMMAND ARGS...]"),
     name: Optional[str] = typer.Option(None, "--name"),
     gpus: Optional[int] = typer.Option(None, "--gpus"),
+    procs: Optional[str] = typer.Option(
+        None, "--procs", help="processes per node, run by torchrun (N, or gpu: one per GPU)"
+    ),
+    nodes: Optional[int] = typer.Option(None, "--nodes", help="nodes (backend ray)"),
     priority: Optional[str] = typer.Option(None, "--priority", help="low | normal | high"),
     experiment: Optional[str] = typer.Option(None, "--experiment"),
     set_: list[str] = typer.Option([], "--set", help="config override KEY=VALUE (YAML value)"),
@@ -164,6 +169,8 @@ def launch(
     options: dict[str, Any] = {
         "name": name,
         "gpus": gpus,
+        "procs": procs,
+        "nodes": nodes,
         "priority": priority,
         "experiment": experiment,
         "timeout_min": timeout_min,
@@ -246,27 +253,44 @@ def logs(
     job: str = typer.Argument(...),
     tail: int = typer.Option(100, "--tail"),
     follow: bool = typer.Option(False, "--follow", "-f"),
+    rank: Optional[int] = typer.Option(None, "--rank", help="only this rank's lines (a gang)"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Print a job's output (stdout and stderr)."""
     check_range("--tail", tail, 0)
+    if rank is not None:
+        check_range("--rank", rank, 0)
     c = client()
-    chunk = c.logs(job, tail=tail)
+    chunk = c.logs(job, tail=tail if rank is None else None)
+    if rank is not None:  # the ranks' lines are prefixed "[rankN]: " (runtime/gang.py)
+        lines = filter_rank(chunk.text, rank).splitlines(keepends=True)
+        chunk = chunk.model_copy(update={"text": "".join(lines[-tail:] if tail else [])})
     if as_json and not follow:
         emit_json(chunk)
         return
     sys.stdout.write(chunk.text)
     sys.stdout.flush()
     if follow:
-        _follow(c, job, as_json, offset=chunk.next_offset)
+        _follow(c, job, as_json, offset=chunk.next_offset, rank=rank)
 
 
-def _follow(c: Any, job_id: str, as_json: bool, offset: int = 0) -> None:
+def _follow(
+    c: Any, job_id: str, as_json: bool, offset: int = 0, rank: Optional[int] = None
+) -> None:
     delay = 0.05
+    partial = ""  # with --rank: a line not yet ended, filtered once it is
+
+    def write(text: str) -> None:
+        nonlocal partial
+        if rank is not None:
+            done, sep, partial = (partial + text).rpartition("\n")
+            text = filter_rank(done + sep, rank)
+        sys.stdout.write(text)
+
     while True:
         chunk = c.logs(job_id, tail=None, offset=offset)
         if chunk.text:
-            sys.stdout.write(chunk.text)
+            write(chunk.text)
             sys.stdout.flush()
             delay = 0.05
         offset = chunk.next_offset
@@ -275,7 +299,7 @@ def _follow(c: Any, job_id: str, as_json: bool, offset: int = 0) -> None:
         info = c.get(job_id)
         if info.status.is_terminal():
             tail = c.logs(job_id, tail=None, offset=offset)
-            sys.stdout.write(tail.text)
+            write(tail.text + ("\n" if rank is not None and partial else ""))
             if as_json:
                 emit_json(info)
             else:

@@ -126,7 +126,11 @@ def rank_lines(text: str, rank: int) -> list[str]:
     for line in text.splitlines():
         m = _PREFIX.match(line)
         if m and int(m.group(1)) == rank:
-            out.append(line[m.end() :])
+            # torch prefixes a rank's traceback itself: "[rank1]: [rank1]: Traceback ..."
+            while m:
+                line = line[m.end() :]
+                m = _PREFIX.match(line)
+            out.append(line)
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.home import job_dir, read_job_env, read_launch_env
-from air_skills.runtime import gang
+from air_skills.runtime import container, gang
 
 # Set by the runtime for every job, never by a spec's ``env``: the GPUs a job may see, where its
 # MLflow run is, its rank in a gang. A spec that names one is overridden (AIR_* included).
@@ -169,6 +169,14 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
         env.update(gang.gang_env())
         grace = settings.get("AIR_GRACE_S")
         argv = gang.torchrun_argv(argv, procs, gang.rank_log_dir(jdir), grace_s=grace)
+    image = container.load(jdir)
+    if image is not None:  # the engine runs it: the contract's names pass into the container
+        passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]
+        passed += [*gang.gang_env(), "CUDA_DEVICE_ORDER"]
+        argv = container.job_argv(
+            image, job_id, argv, jdir=jdir, cwd=cwd, env=env, gpus=gpus, passed=passed
+        )
+        cwd = os.fspath(jdir)
     return CommandLaunch(argv, cwd, env, row["log_path"], banner)
 
 

@@ -54,7 +54,7 @@ def search_log(
     result = LogSearch(pattern=pattern)
     offset = 0
     try:
-        f = open(path, "rb")  # noqa: SIM115 - read line by line below
+        f = open(path, "rb")
     except FileNotFoundError:
         return result
     with f:

@@ -25,9 +25,10 @@ wording: ``gpu`` (a GPU fault found by a health check; the GPU is cordoned), ``l
 job's supervisor died or never started), ``ray`` (Ray could not run the job) and ``nccl``
 (a collective failed: NCCL's signatures in the log, or a gang's rank killed by a signal; see
 runtime/nccl.py; the message carries ``reason: nccl`` and the retry runs a deep preflight
-first). A gang's failure names the rank that failed first and its last error line. A backend
-that sees a stop request it can no longer honour (a preempt whose supervisor is lost) leaves
-it out of the ``AttemptEnd``. Every FAILED and TIMED_OUT message ends with its ``Next:`` step.
+first) and ``container`` (the container engine failed before the command ran: exit 125).
+A gang's failure names the rank that failed first and its last error line. A backend that sees
+a stop request it can no longer honour (a preempt whose supervisor is lost) leaves it out of
+the ``AttemptEnd``. Every FAILED and TIMED_OUT message ends with its ``Next:`` step.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class InfraFailure:
     """An infrastructure failure: ``what`` describes it, ``source`` picks the wording."""
 
     what: str
-    source: Literal["gpu", "lost", "ray", "nccl"] = "gpu"
+    source: Literal["gpu", "lost", "ray", "nccl", "container"] = "gpu"
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ def _infra(end: AttemptEnd, infra: InfraFailure) -> Outcome:
         elif infra.source == "ray":
             text = f"QUEUED: Ray could not run it ({what}); resubmitted"
             text += " (failure_kind: infra, not its own code)"
+        elif infra.source == "container":
+            text = f"QUEUED: {what}; retried (failure_kind: infra, not its own code)"
         elif infra.source == "nccl":
             text = (
                 f"QUEUED: collective communication failed ({what}); retried after a deep"
@@ -127,6 +130,11 @@ def _infra(end: AttemptEnd, infra: InfraFailure) -> Outcome:
             " then relaunch"
         )
         return Outcome("finish", text, JobStatus.FAILED, "infra", exit_code=end.exit_code)
+    elif infra.source == "container":
+        text = (
+            f"FAILED (infra): {what}; infra retries spent."
+            " Next: `air doctor` (it checks the container engine), then relaunch"
+        )
     elif infra.source == "nccl":
         text = (
             f"FAILED (infra, {NCCL_MARK}): collective communication failed ({what});"
@@ -163,16 +171,16 @@ def classify(end: AttemptEnd) -> Outcome:
         how = f"exited with code {end.exit_code}"
     else:
         how = f"was killed by {end.signal}"
-    if end.rank is not None:  # a gang: the rank that failed first, and its last words
-        how = f"rank {end.rank} {how}"
-        if end.rank_error:
-            how += f" (its last error line: {end.rank_error!r}); the other ranks were stopped"
+    if end.rank is not None and end.rank_error:  # a gang: the failing rank's last words
+        how += f" (its last error line: {end.rank_error!r}); the other ranks were stopped"
+    rank = f"rank {end.rank} " if end.rank is not None else ""
     if end.user_retries < end.max_retries:
-        text = f"QUEUED: {how}; retry {end.user_retries + 1} of {end.max_retries}"
+        text = f"QUEUED: {rank}{how}; retry {end.user_retries + 1} of {end.max_retries}"
         return Outcome("requeue", text, kind="user", exit_code=end.exit_code, signal=end.signal)
     where = f"; {end.runner}" if end.runner else ""
+    subject = f"the command's rank {end.rank}" if rank else "the command"
     text = (
-        f"FAILED: the command {how} (its own code failed{where})."
+        f"FAILED: {subject} {how} (its own code failed{where})."
         f" Next: read `air logs {end.job_id}`, fix it, relaunch"
     )
     return _finish(JobStatus.FAILED, text, end, "user")

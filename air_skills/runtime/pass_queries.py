@@ -9,7 +9,7 @@ from typing import Any
 # Columns a pass reads: no spec JSON parsed in Python, only what the scheduler needs.
 PASS_COLUMNS = (
     "job_id, seq, gpus_requested, priority, preemptible, created_at, started_at, project,"
-    " borrowing, stop_request, gpus, message, supervisor_pid, supervisor_start,"
+    " borrowing, stop_request, gpus, message, supervisor_pid, supervisor_start, job_class,"
     " json_extract(spec, '$.timeout_min') AS timeout_min, json_extract(spec, '$.cpus') AS want_cpus"
 )
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 
 from air_skills import settings
 from air_skills.gpu.providers import provider
+from air_skills.home import job_dir
+from air_skills.runtime import container, proc
 from air_skills.runtime import pass_queries as q
-from air_skills.runtime import proc
+from air_skills.runtime.estimates import class_estimates
 from air_skills.runtime.outcomes import (
     MAX_INFRA_RETRIES,
     AttemptEnd,
@@ -80,8 +82,16 @@ def queue_window(n_gpus: int) -> int:
     return settings.get("AIR_QUEUE_WINDOW") or max(16, 2 * n_gpus)
 
 
-def _queued(row: sqlite3.Row) -> QueuedJob:
+def _learned(c: sqlite3.Connection, rows: list[sqlite3.Row]) -> dict[str, float]:
+    """Learned estimates for the GPU jobs among ``rows`` that have no time limit (one query)."""
+    need = [r["job_class"] for r in rows if r["gpus_requested"] and not r["timeout_min"]]
+    return class_estimates(c, need) if need else {}
+
+
+def _queued(row: sqlite3.Row, learned: dict[str, float]) -> QueuedJob:
     timeout = row["timeout_min"]
+    # A user's time limit always wins over a guess from the job's class.
+    guess = None if timeout else learned.get(row["job_class"])
     return QueuedJob(
         job_id=row["job_id"],
         gpus=row["gpus_requested"],
@@ -89,12 +99,16 @@ def _queued(row: sqlite3.Row) -> QueuedJob:
         seq=row["seq"],
         queued_at=row["created_at"],
         project=row["project"],
-        duration_est_s=timeout * 60 if timeout else None,
+        duration_est_s=timeout * 60 if timeout else guess,
+        learned=guess is not None,
     )
 
 
-def _running(row: sqlite3.Row) -> RunningJob:
+def _running(row: sqlite3.Row, learned: dict[str, float]) -> RunningJob:
     timeout = row["timeout_min"]
+    start = row["started_at"]
+    guess = None if timeout else learned.get(row["job_class"])
+    limit = timeout * 60 if timeout else guess
     return RunningJob(
         job_id=row["job_id"],
         gpus=tuple(json.loads(row["gpus"])),
@@ -104,7 +118,8 @@ def _running(row: sqlite3.Row) -> RunningJob:
         project=row["project"],
         borrowing=bool(row["borrowing"]),
         stopping=row["stop_request"] is not None,
-        expected_end=(row["started_at"] + timeout * 60) if timeout and row["started_at"] else None,
+        expected_end=(start + limit) if limit and start else None,
+        end_guessed=guess is not None,
     )
 
 
@@ -169,8 +184,13 @@ def run_pass(
         # Opt-in: jobs submitted up to N after a starving head may still pass it (bounded).
         bypass_jobs=settings.get("AIR_BYPASS_JOBS"),
     )
+    # Busy: nothing can start, so no estimate can change the decision; skip the query.
+    learned = {} if busy else _learned(c, queued_rows + running_rows)
     decision = schedule(
-        [_queued(r) for r in queued_rows], [_running(r) for r in running_rows], inv, time.time()
+        [_queued(r, learned) for r in queued_rows],
+        [_running(r, learned) for r in running_rows],
+        inv,
+        time.time(),
     )
     by_id = {r["job_id"]: r for r in running_rows}
     for job_id in decision.preempts:
@@ -344,6 +364,10 @@ def reconcile(store: Store) -> int:
         # An orphaned command must not keep running on GPUs that we are about to hand out.
         if row["job_pid"] and proc.alive(row["job_pid"], row["job_start"]):
             proc.kill_group(row["job_pid"])
+        # Nor its container, which outlives the engine's client: removed by its job's name.
+        image = container.load(job_dir(store.home, row["job_id"]))
+        if image is not None:
+            container.remove(image.engine, row["job_id"])
         settled += _settle_lost(store, row, what)
     if settled:
         schedule_pass(store)

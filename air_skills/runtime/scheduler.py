@@ -14,6 +14,11 @@ head: only a fixed, finite set of jobs may ever overtake it (each at most once p
 every later one waits behind it. 0 (the default) is strict: the age limit alone. A head reserved
 by EASY (every end known) is never bypassed this way.
 
+Learned estimates (runtime/estimates.py: ``QueuedJob.learned``, ``RunningJob.end_guessed``) are
+used as time limits are, except that nothing stops a job at its guess: a job whose duration is
+only guessed never overtakes a head that has waited ``starvation_s``, so the age limit holds
+whatever the guesses.
+
 Quotas (``Inventory.quotas``, GPUs per project), after Kueue's nominal quota and borrowing:
 
 - each project with a quota is guaranteed that many GPUs; the projects without one share,
@@ -50,6 +55,7 @@ class QueuedJob:
     queued_at: float
     project: str = "default"
     duration_est_s: float | None = None  # timeout_min, if any: an upper bound
+    learned: bool = False  # duration_est_s is a guess from the job's class, not its time limit
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,7 @@ class RunningJob:
     borrowing: bool = False  # as recorded; the scheduler recomputes it (Decision.relabels)
     stopping: bool = False  # already asked to stop: its GPUs free up soon
     expected_end: float | None = None
+    end_guessed: bool = False  # expected_end is a learned guess: the job may run past it
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,7 @@ def schedule(
     head_blocked_at: float | None = None  # EASY: shadow time of the first blocked GPU job
     head_extra = 0  # GPUs the head will not need at its shadow time: open to longer jobs
     head_seq: int | None = None  # bounded bypass: jobs up to head_seq + bypass_jobs may overtake
+    head_aged = False  # the head has waited starvation_s: guesses may no longer overtake it
     starting: list[tuple[float | None, int]] = []  # (expected end, GPUs) of this pass's starts
     # A GPU job without a time limit makes every shadow time unknown: no need to compute one.
     end_unknown = any(r.gpus and r.expected_end is None for r in running)
@@ -175,7 +183,7 @@ def schedule(
         borrowing = not within[job.job_id]
         available = [g for g in free if g not in reserved]
         short = head_blocked_at is not None and (
-            _may_backfill(job, now, head_blocked_at)
+            (_may_backfill(job, now, head_blocked_at) and not (job.learned and head_aged))
             or (head_seq is not None and job.seq <= head_seq + inv.bypass_jobs)
         )
         if short:
@@ -228,6 +236,7 @@ def schedule(
             # it. When every running job's end is known (EASY), it holds only what it will not
             # have anyway at its shadow time; the extra stays open to jobs that run past it.
             head_blocked_at, free_then = shadow or (float("inf"), 0)
+            head_aged = waited >= inv.starvation_s
             if shadow is None and inv.bypass_jobs > 0:
                 head_seq = job.seq  # reserved by age: open to the next bypass_jobs submissions
             head_extra = max(0, free_then - job.gpus)

@@ -43,13 +43,17 @@ CREATE TABLE IF NOT EXISTS jobs (
     stop_request TEXT,
     stop_reason TEXT,
     tracking_note TEXT,
-    code TEXT
+    code TEXT,
+    job_class TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 -- The scheduling pass reads the head of the queue in this order (a window, not all of it).
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(priority DESC, seq) WHERE status='QUEUED';
 CREATE INDEX IF NOT EXISTS jobs_queue_cpu ON jobs(priority DESC, seq)
     WHERE status='QUEUED' AND gpus_requested=0;
+-- Learned run-time estimates (runtime/estimates.py) read a class's latest successes.
+CREATE INDEX IF NOT EXISTS jobs_class_done ON jobs(job_class, ended_at DESC)
+    WHERE status='SUCCEEDED';
 CREATE TABLE IF NOT EXISTS gpus (
     idx INTEGER PRIMARY KEY,
     cordoned INTEGER NOT NULL DEFAULT 0,
@@ -81,7 +85,7 @@ CREATE TABLE IF NOT EXISTS idle_supervisors (
 """
 
 
-SCHEMA_VERSION = 5  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 6  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:
@@ -103,12 +107,18 @@ def migrate(c: sqlite3.Connection) -> None:
     transaction; nothing to do when another process migrated first)."""
     if c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
         return
-    for statement in SCHEMA.split(";"):
-        if statement.strip():
+    statements = [s for s in SCHEMA.split(";") if s.strip()]
+    # Tables first, then the columns an older home lacks, then the indexes (which may use them).
+    is_index = ["CREATE INDEX" in s for s in statements]
+    for statement, index in zip(statements, is_index, strict=True):
+        if not index:
             c.execute(statement)
     for table, columns in _schema_columns().items():
         have = {r["name"] for r in c.execute(f"PRAGMA table_info({table})")}
         for name, decl in columns.items():
             if name not in have:
                 c.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+    for statement, index in zip(statements, is_index, strict=True):
+        if index:
+            c.execute(statement)
     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

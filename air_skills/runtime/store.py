@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_folder_record, write_job_env
+from air_skills.runtime.estimates import job_class
 from air_skills.runtime.outcomes import Outcome
 from air_skills.runtime.pool_store import PoolStore
 from air_skills.status import PRIORITY_RANK, JobStatus
@@ -67,8 +68,8 @@ class Store(PoolStore):
             c.execute(
                 "INSERT INTO jobs (job_id, name, spec, status, priority, preemptible,"
                 " gpus_requested, created_at, queued_at, log_path, backend, project,"
-                " idempotency_key, message, run_id, experiment_id, tracking_note)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " idempotency_key, message, run_id, experiment_id, tracking_note, job_class)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     name,
@@ -88,6 +89,7 @@ class Store(PoolStore):
                     run_id,
                     experiment_id,
                     tracking_note,
+                    job_class(spec),  # learned run-time estimates (runtime/estimates.py)
                 ),
             )
             self._event(c, job_id, "queued", "job queued")

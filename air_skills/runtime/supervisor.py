@@ -32,7 +32,8 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.gpu.providers import GpuFault, provider
-from air_skills.runtime import gang, nccl, passes, proc, signals
+from air_skills.home import job_dir
+from air_skills.runtime import container, gang, nccl, passes, proc, signals
 from air_skills.runtime.idle import wait_for_job
 from air_skills.runtime.launch_env import command_launch
 from air_skills.runtime.outcomes import AttemptEnd, InfraFailure, Outcome, classify, start_failed
@@ -99,6 +100,7 @@ class Supervisor:
             self.job_pid = started.child.pid if started.child else None
             self.start_error = started.error
         self.infra_faults: list[GpuFault] = []
+        self.image: container.ContainerJob | None = None  # a job run by a container engine
         self.timed_out = False
         self._warm: threading.Thread | None = None
         self._recheck: threading.Thread | None = None  # a data re-check still running
@@ -120,6 +122,9 @@ class Supervisor:
         signal.signal(signal.SIGINT, lambda *_: self.stop_signal.set())
         signal.signal(POKE_SIGNAL, lambda *_: _POKED.set())
         self.spec: dict[str, Any] = json.loads(row["spec"])
+        self.image = (
+            container.load(job_dir(self.home, self.job_id)) if self.spec.get("image") else None
+        )
         self.gpus: list[int] = json.loads(row["gpus"])
         self.row = row
         if row["run_id"]:
@@ -332,6 +337,8 @@ class Supervisor:
     def _terminate(self) -> int:
         child = self.child
         assert child is not None
+        if self.image is not None:  # the engine stops the container (TERM, grace, KILL)
+            container.stop(self.image.engine, self.job_id, GRACE_S)
         proc.kill_group(child.pid, signal.SIGTERM)
         try:
             return child.wait(GRACE_S)
@@ -343,11 +350,17 @@ class Supervisor:
 
     def _record_exit(self, rc: int) -> None:
         assert self.child is not None
+        engine_end = None
+        if self.image is not None:  # its container goes first; an engine exit is told apart
+            engine_end = container.after_exit(self.image, self.job_id, rc, self.spec["command"][0])
         # Whatever the command left behind in its group goes with it, and (this process being
         # their subreaper) whatever left the group: a `setsid` child must not keep its GPU.
         proc.kill_group(self.child.pid, signal.SIGKILL)
         if proc.is_subreaper():
             proc.sweep_descendants(spare=self.store.supervisor_pids())
+        if isinstance(engine_end, Outcome):  # the image lacks the command (126, 127)
+            self._record(engine_end)
+            return
         row = self.store.row(self.job_id)
         stop = row["stop_request"] if row else None
         # A stop request outranks the faults (outcomes.py): then no GPU is cordoned either.
@@ -367,7 +380,7 @@ class Supervisor:
                 stop_reason=row["stop_reason"] if row else None,
                 timed_out=self.timed_out,
                 timeout_min=self.spec.get("timeout_min"),
-                infra=self._cordon(faults, "while running") or failure.infra,
+                infra=self._cordon(faults, "while running") or engine_end or failure.infra,
                 rank=failure.rank,
                 rank_error=failure.error_line,
                 user_retries=row["user_retries"] if row else 0,

@@ -1,4 +1,4 @@
-"""Side-by-side comparison of jobs: config and command diffs, a metric's latest, best and at a step."""
+"""Side-by-side comparison of jobs: config and command diffs, a metric's latest, best, at a step."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def metric_scores(
     direction: Direction = "minimize",
     at_step: int | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """``score`` per job row (store rows with ``job_id``, ``run_id``); {} for a job with no points."""
+    """``score`` per job row (store rows: ``job_id``, ``run_id``); {} for a job without points."""
     runs = [r["run_id"] for r in rows if r["run_id"]]
     histories = tracker.metric_histories(runs, metric) if runs else {}
     return {
@@ -66,6 +66,28 @@ def metric_scores(
         for r in rows
         if r["run_id"]
     }
+
+
+def check_order(order_by: str, metric: str | None) -> None:
+    """Refuse an ordering that cannot be done: it is by a metric's best or latest value."""
+    if order_by not in ("best", "latest") or not metric:
+        raise InvalidInput(
+            f"order_by={order_by!r} needs order_by 'best' or 'latest' and a metric",
+            hint="pass metric='val_loss' and order_by='best'",
+        )
+
+
+def rank(
+    items: Sequence[Any], scores: dict[str, dict[str, Any]], order_by: str, direction: Direction
+) -> list[Any]:
+    """Items (with ``job_id``) best first by their score's ``order_by``; unscored ones last."""
+    sign = 1 if direction == "minimize" else -1
+
+    def key(item: Any) -> tuple[int, float]:
+        value = scores.get(item.job_id, {}).get(order_by)
+        return (1, 0.0) if value is None else (0, sign * value)
+
+    return sorted(items, key=key)
 
 
 def _command(row: Any) -> list[str]:

@@ -73,6 +73,18 @@ class TpeProposer(Proposer):
         text = f"tpe:{self.seed}:{len(request.trials)}:{len(request.pending)}"
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
+    def sampler(self, request: ProposalRequest) -> Any:
+        """The Optuna sampler for this call, seeded from the history's length."""
+        import optuna
+
+        options = {
+            "n_startup_trials": self.n_startup_trials or default_startup(request.study),
+            "multivariate": True,
+            "constant_liar": True,
+            **self.sampler_options,
+        }
+        return optuna.samplers.TPESampler(seed=self._seed(request), **options)
+
     def build(self, request: ProposalRequest) -> Any:
         """The in-memory Optuna study that the history amounts to."""
         import optuna
@@ -81,13 +93,7 @@ class TpeProposer(Proposer):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = request.study
         dists = distributions(study)
-        options = {
-            "n_startup_trials": self.n_startup_trials or default_startup(study),
-            "multivariate": True,
-            "constant_liar": True,
-            **self.sampler_options,
-        }
-        sampler = optuna.samplers.TPESampler(seed=self._seed(request), **options)
+        sampler = self.sampler(request)
         ostudy = optuna.create_study(direction=study.objective.direction, sampler=sampler)
         for t in request.trials:
             frozen = self._frozen(t, dists, create_trial, TrialState)

@@ -2,7 +2,9 @@
 
 Run: `python examples/tinygpt/train.py [--key=value ...]`; under AIR the config arrives as JSON
 in AIR_CONFIG_FILE. Logs train_loss and val_loss to MLflow when the MLflow env is set, saves
-and resumes `$AIR_CHECKPOINT_DIR/ckpt.pt`, ends with a `---` summary block.
+and resumes `$AIR_CHECKPOINT_DIR/ckpt.pt`, ends with a `---` summary block. Under torchrun
+(`air launch --procs 2 -- python examples/tinygpt/train.py`) it trains as DDP, gloo on CPU and
+NCCL on GPUs, each rank on its own batches; rank 0 alone logs, prints and saves.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def main() -> None:
     )
     start = time.perf_counter()
     common.set_threads()
-    device = common.pick_device(cfg["device"])
+    rank, world, device = common.distributed(cfg["device"])
+    lead = rank == 0  # the rank that logs, prints and saves
     torch.manual_seed(cfg["seed"])
     ckpt_path = common.checkpoint_path()
     state = common.load_checkpoint(ckpt_path, cfg, SHAPE_KEYS)
@@ -166,41 +169,53 @@ def main() -> None:
     eval_gen = torch.Generator().manual_seed(0)
     eval_sets = {s: [get_batch(s, eval_gen) for _ in range(cfg["eval_batches"])] for s in splits}
 
-    model = TinyGPT(len(chars), cfg).to(device)
-    n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
-    batch_gen = torch.Generator().manual_seed(cfg["seed"])
+    raw = TinyGPT(len(chars), cfg).to(device)  # the model itself (DDP wraps it in a gang)
+    n_params = sum(p.numel() for p in raw.parameters())
+    opt = torch.optim.AdamW(raw.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+    batch_gen = torch.Generator().manual_seed(cfg["seed"] + rank)
 
-    tracker = common.Tracker(cfg)
+    tracker = common.Tracker(cfg, enabled=lead)
     step = 0
     if state is not None:
-        model.load_state_dict(state["model"])
+        raw.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
-        batch_gen.set_state(state["batch_rng"])
         step = state["step"]
-        print(f"resumed from {ckpt_path} at step {step}", flush=True)
+        if world == 1:
+            batch_gen.set_state(state["batch_rng"])
+        else:  # the saved stream is rank 0's: each rank continues its own
+            batch_gen.manual_seed(cfg["seed"] + rank + 7919 * step)
+        if lead:
+            print(f"resumed from {ckpt_path} at step {step}", flush=True)
         tracker.tag("resumed_from_step", step)
-    print(
-        f"tinygpt: {n_params:,} params, vocab {len(chars)}, {len(text):,} chars, "
-        f"device {device}, steps {step}->{cfg['steps']}",
-        flush=True,
-    )
+    model: nn.Module = raw
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(raw)  # gradients all-reduced across the ranks
+    if lead:
+        print(
+            f"tinygpt: {n_params:,} params, vocab {len(chars)}, {len(text):,} chars, "
+            f"device {device}, ranks {world}, steps {step}->{cfg['steps']}",
+            flush=True,
+        )
 
     @torch.no_grad()
     def evaluate() -> dict[str, float]:
-        model.eval()
+        raw.eval()  # every rank holds the same weights: no collective needed here
         out = {
-            f"{s}_loss": sum(model(x, y).item() for x, y in batches) / len(batches)
+            f"{s}_loss": sum(raw(x, y).item() for x, y in batches) / len(batches)
             for s, batches in eval_sets.items()
         }
-        model.train()
+        raw.train()
         return out
 
     def save() -> None:
+        if not lead:
+            return
         common.save_checkpoint(
             ckpt_path,
             {
-                "model": model.state_dict(),
+                "model": raw.state_dict(),
                 "optimizer": opt.state_dict(),
                 "step": step,
                 "batch_rng": batch_gen.get_state(),
@@ -215,11 +230,12 @@ def main() -> None:
             losses = evaluate()
             common.check_finite(losses["val_loss"], step, tracker, "lower lr")
             tracker.log(losses, step)
-            print(
-                f"step {step:5d} | train_loss {losses['train_loss']:.4f} | "
-                f"val_loss {losses['val_loss']:.4f} | {time.perf_counter() - start:.1f}s",
-                flush=True,
-            )
+            if lead:
+                print(
+                    f"step {step:5d} | train_loss {losses['train_loss']:.4f} | "
+                    f"val_loss {losses['val_loss']:.4f} | {time.perf_counter() - start:.1f}s",
+                    flush=True,
+                )
             save()
         if step >= cfg["steps"]:
             break
@@ -243,10 +259,16 @@ def main() -> None:
         "val_bpc": losses["val_loss"] / math.log(2),
         "steps": step,
         "params": n_params,
+        "ranks": world,
         "elapsed_s": time.perf_counter() - start,
     }
     tracker.finish("FINISHED", summary, step)
-    common.print_summary(summary)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    if lead:
+        common.print_summary(summary)
 
 
 if __name__ == "__main__":

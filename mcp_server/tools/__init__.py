@@ -4,7 +4,6 @@ Each takes an ``air_skills.Client`` first; the rest of its signature is the tool
 """
 
 from mcp_server.tools.jobs import (
-    WaitAborted,
     cancel_job,
     compare_jobs,
     get_job,
@@ -12,10 +11,16 @@ from mcp_server.tools.jobs import (
     launch_job,
     list_gpus,
     list_jobs,
-    wait_for_jobs,
 )
 from mcp_server.tools.logs import get_logs
-from mcp_server.tools.studies import get_study, start_study, stop_study, suggest_trials
+from mcp_server.tools.studies import (
+    get_study,
+    start_study,
+    stop_study,
+    suggest_trials,
+    wait_for_study,
+)
+from mcp_server.tools.wait import WaitAborted, wait_for_jobs
 
 __all__ = [
     "WaitAborted",
@@ -32,4 +37,5 @@ __all__ = [
     "stop_study",
     "suggest_trials",
     "wait_for_jobs",
+    "wait_for_study",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import time
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -19,8 +20,10 @@ from mcp_server.schemas import StudyReply
 
 StudyDir = Annotated[
     str,
-    Field(max_length=4096, description="the study folder (study_dir, as start_study gave it)"),
+    Field(max_length=4096, description="the study folder (study_dir) or the study's name"),
 ]
+MAX_STUDY_WAIT_S = 300.0
+STUDY_POLL_S = 1.0
 log = logging.getLogger("air_mcp")
 
 
@@ -76,11 +79,8 @@ def start_study(
     ] = None,
     resume: Annotated[bool, Field(description="continue a study that was stopped")] = False,
 ) -> StudyReply:
-    """Start an autoresearch study in the background: trials run concurrently within its budgets.
-
-    Give a study file or the study inline. Returns its state (study_dir, budget, best so far);
-    follow it with get_study, stop it with stop_study.
-    """
+    """Start a study in the background (trials within its budgets). Keys: name, command,
+    search_space, objective, budget, base_config, noise; all in resource air://docs/study."""
     if (study_file is None) == (study is None):
         raise InvalidInput(
             "give exactly one of study_file and study",
@@ -91,8 +91,38 @@ def start_study(
 
 
 def get_study(client: Client, study: StudyDir) -> StudyReply:
-    """Where a study stands, compactly: state, best trial so far, trials running, budget left."""
+    """A study: state, best trial and why, running trials' step, recent trials' decisions
+    (keep, discard within the noise floor, pruned), budget left."""
     return _study_call("get_study", study)
+
+
+def wait_for_study(
+    client: Client,
+    study: StudyDir,
+    timeout_s: Annotated[
+        float, Field(ge=0, le=MAX_STUDY_WAIT_S, description="seconds to wait at most")
+    ] = 60.0,
+) -> StudyReply:
+    """Wait until a trial of the study ends or the study stops (up to timeout_s); returns
+    get_study's state, with `changed` false on a timeout."""
+    now = _study_call("get_study", study)
+    seen = _ended(now)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and getattr(now, "state", None) == "running":
+        time.sleep(min(STUDY_POLL_S, max(0.0, deadline - time.monotonic())))
+        now = _study_call("get_study", study)
+        if _ended(now) != seen:
+            break
+    changed = _ended(now) != seen or getattr(now, "state", None) != "running"
+    return StudyReply.model_validate({**now.model_dump(), "changed": changed})
+
+
+def _ended(state: StudyReply) -> int:
+    """How many of the study's trials have ended."""
+    trials = getattr(state, "trials", None) or {}
+    return (
+        int(trials.get("total", 0)) - int(trials.get("running", 0)) - int(trials.get("proposed", 0))
+    )
 
 
 def suggest_trials(
@@ -106,11 +136,8 @@ def suggest_trials(
     ],
     n: Annotated[int, Field(ge=1, le=32, description="how many trials to propose")] = 1,
 ) -> StudyReply:
-    """The study's proposer's next n config diffs, without running them.
-
-    For an agent that wants to decide itself: launch the ones it likes with launch_job. With
-    an LLM proposer this spends from the study's llm_usd budget.
-    """
+    """The study's proposer's next n config diffs (with why), not run: launch the ones you
+    like with launch_job. An LLM proposer spends the study's llm_usd."""
     return _study_call("suggest_trials", study, n=n)
 
 

@@ -31,6 +31,7 @@ TOOLS = [
     "list_gpus",
     "start_study",
     "get_study",
+    "wait_for_study",
     "suggest_trials",
     "stop_study",
 ]
@@ -99,6 +100,18 @@ async def test_tool_surface_matches_the_snapshot(server) -> None:
     if os.environ.get("AIR_UPDATE_SNAPSHOT") == "1":
         SNAPSHOT.write_text(json.dumps(surface, indent=1, sort_keys=True) + "\n")
     assert surface == json.loads(SNAPSHOT.read_text()), "tool surface changed: see the diff"
+
+
+TOOL_LIST_LIMIT = 16_000  # bytes: the tools/list reply, output schemas included (issue 18)
+
+
+async def test_the_tool_list_fits_in_16_kb(server) -> None:
+    """The tool list is sent to the model in every session: it stays small."""
+    async with McpClient(server) as mcp:
+        listing = await mcp.list_tools()
+    size = len(listing.model_dump_json(by_alias=True, exclude_none=True))
+    assert size <= TOOL_LIST_LIMIT, f"tools/list is {size} bytes (limit {TOOL_LIST_LIMIT})"
+    assert all(t.output_schema for t in listing.tools)
 
 
 SUMMARY_JOB = "import sys; print('training'); print('---'); print('loss: ' + sys.argv[1])"

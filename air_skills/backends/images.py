@@ -1,0 +1,46 @@
+"""A launch's container image: resolved to its ID (provenance), recorded, its mounts checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from air_skills.errors import InvalidInput
+from air_skills.models import JobSpec
+from air_skills.runtime import container
+from air_skills.runtime.container import ContainerJob
+from air_skills.runtime.prepare import LaunchContext, PreparedJob, discard_prepared
+
+
+def resolve_image(spec: JobSpec) -> tuple[JobSpec, ContainerJob | None]:
+    """The spec with its image's ID set (``image_digest``), and what the job runs in.
+
+    An image that is not here and cannot be pulled, a missing or broken engine, or an image
+    that no longer has the pinned ID is refused now (exit 2), not a failed job later.
+    """
+    if spec.image is None:
+        return spec, None
+    engine = container.engine_name()
+    ident = container.image_id(engine, spec.image, spec.image_digest)
+    return spec.model_copy(update={"image_digest": ident}), ContainerJob(engine, spec.image, ident)
+
+
+def image_tags(image: ContainerJob | None) -> dict[str, str]:
+    """The MLflow run's record of the image: a rerun can pin the same ID."""
+    if image is None:
+        return {}
+    return {"air.image": image.image, "air.image.digest": image.image_id}
+
+
+def attach_image(
+    rt: LaunchContext, job: PreparedJob, image: ContainerJob | None, tracking_uri: str
+) -> None:
+    """Record the job's image in its folder, after checking what the container would mount
+    (a data input or home above the code's path is refused, and the prepared job discarded)."""
+    if image is None:
+        return
+    try:
+        container.mounts(Path(job.jdir), tracking_uri)
+    except InvalidInput:
+        discard_prepared(rt, job)
+        raise
+    image.save(Path(job.jdir))

@@ -1,0 +1,64 @@
+"""Job replies as the tools return them: the info, the shown status, config, a failure's tail."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from air_skills.client import Client
+from air_skills.errors import AirError
+from air_skills.models import JobInfo
+from air_skills.status import JobStatus
+from mcp_server.render import clean_output
+from mcp_server.schemas import JobReply, MetricScore
+from mcp_server.wording import mcp_wording
+
+FAILED_TAIL_LINES = 12
+FAILED_TAIL_CHARS = 1_000
+# autoresearch cancels a pruned trial's job with this reason (autoresearch/watch.py): the job
+# is CANCELLED in the store, and shown as PRUNED, as the study itself calls it.
+PRUNED_MARK = "pruned by the median rule"
+
+
+def shown_status(info: JobInfo) -> str:
+    """The job's status; PRUNED for a job that a study's early stopping cancelled."""
+    if info.status == JobStatus.CANCELLED and PRUNED_MARK in info.message:
+        return "PRUNED"
+    return info.status.value
+
+
+def log_tail(client: Client, job_id: str) -> str | None:
+    """The last lines of a job's log, cut to FAILED_TAIL_CHARS (None when there is none)."""
+    try:
+        text = clean_output(client.logs(job_id, tail=FAILED_TAIL_LINES).text)
+    except AirError:
+        return None
+    text = text.rstrip("\n")
+    if len(text) > FAILED_TAIL_CHARS:
+        text = "..." + text[-FAILED_TAIL_CHARS:]
+    return text or None
+
+
+def job_config(client: Client, job_id: str) -> dict[str, Any] | None:
+    """The config the job was launched with (None when it has none)."""
+    row = client.store.row(job_id)
+    return (json.loads(row["spec"]).get("config") or None) if row is not None else None
+
+
+def to_score(score: dict[str, Any] | None) -> MetricScore | None:
+    if not score:
+        return None
+    return MetricScore(**{k: score.get(k) for k in ("latest", "step", "best", "best_step")})
+
+
+def job_reply(client: Client, info: JobInfo, score: dict[str, Any] | None = None) -> JobReply:
+    """The reply for one job: the failure's log tail, its config, the asked metric."""
+    tail = None
+    if info.status in (JobStatus.FAILED, JobStatus.TIMED_OUT):
+        tail = log_tail(client, info.job_id)
+    fields = info.model_dump()
+    fields["message"] = mcp_wording(info.message)
+    fields["status"] = shown_status(info)
+    return JobReply(
+        **fields, log_tail=tail, config=job_config(client, info.job_id), score=to_score(score)
+    )

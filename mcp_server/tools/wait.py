@@ -1,0 +1,123 @@
+"""wait_for_jobs as a plain function, and the pieces that its async twin (``waiting``) uses."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from air_skills.client import Client
+from air_skills.errors import NotFound
+from air_skills.models import JobInfo
+from mcp_server.schemas import WaitReply
+from mcp_server.tools.params import Direction, JobIds, MetricName
+from mcp_server.tools.replies import job_reply
+from mcp_server.wording import job_not_found
+
+MAX_WAIT_S = 600.0
+PROGRESS_HEARTBEAT_S = 5.0
+
+
+class WaitAborted(Exception):
+    """Raised from a progress callback to stop waiting (the caller went away)."""
+
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+class WaitProgress:
+    """What a wait reports: (ended, total, message) on a status change, and every few seconds."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self._key: tuple[str, ...] | None = None
+        self._at = 0.0
+        self._lock = threading.Lock()
+
+    def update(self, infos: list[JobInfo]) -> tuple[int, int, str] | None:
+        """The progress to send for these infos, or None when it would repeat the last one."""
+        key = tuple(i.status.value for i in infos)
+        now = time.monotonic()
+        with self._lock:
+            if key == self._key and now - self._at < PROGRESS_HEARTBEAT_S:
+                return None
+            self._key, self._at = key, now
+        counts: dict[str, int] = {}
+        for i in infos:
+            counts[i.status.value] = counts.get(i.status.value, 0) + 1
+        ended = sum(i.status.is_terminal() for i in infos)
+        return ended, self.total, ", ".join(f"{n} {s}" for s, n in counts.items())
+
+
+def wait_is_over(infos: list[JobInfo], mode: str) -> bool:
+    """Whether any (mode "any") or all of the jobs have ended."""
+    ended = [i.status.is_terminal() for i in infos]
+    return any(ended) if mode == "any" else all(ended)
+
+
+def wait_check(client: Client, ids: list[str], mode: str) -> list[JobInfo]:
+    """One look at the jobs (no waiting): their infos; an unknown id is refused."""
+    try:
+        return client.wait(ids, timeout_s=0, any=(mode == "any"))
+    except NotFound as exc:
+        raise job_not_found(exc) from None
+
+
+def wait_reply(
+    client: Client,
+    infos: list[JobInfo],
+    mode: str,
+    metric: str | None = None,
+    direction: str = "minimize",
+) -> WaitReply:
+    """The jobs' replies (with the metric's latest and best per job, when one is asked)."""
+    done = wait_is_over(infos, mode)
+    scores = (
+        client.scores([i.job_id for i in infos], metric, direction)  # type: ignore[arg-type]
+        if metric
+        else {}
+    )
+    jobs = [job_reply(client, i, scores.get(i.job_id)) for i in infos]
+    return WaitReply(done=done, timed_out=not done, jobs=jobs, metric=metric)
+
+
+def wait_for_jobs(
+    client: Client,
+    job_ids: JobIds,
+    timeout_s: Annotated[
+        float,
+        Field(ge=0, le=MAX_WAIT_S, description="seconds to wait at most; call again to go on"),
+    ] = 30.0,
+    mode: Annotated[
+        Literal["any", "all"], Field(description="return when any job ends, or when all have")
+    ] = "any",
+    metric: MetricName = None,
+    direction: Direction = "minimize",
+    on_progress: ProgressFn | None = None,
+    stop: threading.Event | None = None,
+) -> WaitReply:
+    """Wait until any (or all) jobs end, up to timeout_s (timed_out=true: call again); with
+    metric, each job's latest and best value: wait, then decide, in one call."""
+    # (on_progress gets (ended, total, message) when a status changes, and every few seconds;
+    # setting `stop` ends the wait with WaitAborted: the caller went away. The MCP server runs
+    # the async twin in mcp_server.waiting instead, which holds no thread while it waits.)
+    ids = list(dict.fromkeys(job_ids))
+    tracker = WaitProgress(len(ids))
+
+    def progress(infos: list[JobInfo]) -> None:
+        if stop is not None and stop.is_set():
+            raise WaitAborted()
+        if on_progress is None:
+            return
+        update = tracker.update(infos)
+        if update is not None:
+            on_progress(*update)
+
+    try:
+        infos = client.wait(ids, timeout_s=timeout_s, any=(mode == "any"), on_progress=progress)
+    except NotFound as exc:
+        raise job_not_found(exc) from None
+    return wait_reply(client, infos, mode, metric, direction)
