@@ -66,8 +66,8 @@ def short_config(config: dict[str, Any] | None, limit: int = CONFIG_CHARS) -> st
 
 
 _NEXT = {
-    "QUEUED": "wait_for_jobs(job_ids=[{id}])",
-    "RUNNING": "wait_for_jobs(job_ids=[{id}]); get_logs(job_id={id}, grep=...) to peek",
+    "QUEUED": "wait_for_jobs",
+    "RUNNING": "wait_for_jobs, or get_logs(grep=...) to peek",
     "SUCCEEDED": "get_metrics(job_id={id}) or compare_jobs",
     "FAILED": "read the log tail; fix the cause, then launch again",
     "TIMED_OUT": "raise timeout_min or shorten the run, then launch again",
@@ -98,7 +98,8 @@ def job_line(job: Any, metric: str | None = None) -> str:
 def render_job(job: Any, metric: str | None = None) -> str:
     """What get_job promises, in a few lines: status and why, config, run, log, next step."""
     lines = [job_line(job, metric)]
-    if job.message and job.message != job.status:
+    routine = str(job.status) in ("RUNNING", "SUCCEEDED") and job.message.startswith(job.status)
+    if job.message and not routine:  # "RUNNING on GPUs [0]" repeats the first line
         lines.append(f"message: {job.message[:MESSAGE_CHARS]}")
     lines.append(f"config: {short_config(getattr(job, 'config', None))}")
     where = [f"run {job.run_id}" if job.run_id else "not tracked"]
@@ -180,7 +181,12 @@ def render_compare(reply: CompareReply) -> str:
     return "\n".join(lines)
 
 
-_QUIET = {"borrowing": False, "data": []}  # job and GPU fields that say nothing at their default
+_QUIET = {
+    "borrowing": False,
+    "data": [],
+    "dirty": False,
+    "patched": False,
+}  # job and GPU fields that say nothing at their default
 
 
 def dump(reply: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from rich.text import Text
 from typer.core import TyperCommand
 
 from air_skills.cli.code import code_line, read_patch
+from air_skills.cli.launch_spec import parse_value, spec_from_args, split_sets
 from air_skills.cli.output import (
     JsonOpt,
     check_range,
@@ -31,7 +32,7 @@ from air_skills.cli.output import (
     status_text,
     wait_progress,
 )
-from air_skills.errors import InvalidInput, InvalidSpec
+from air_skills.errors import InvalidInput
 from air_skills.runtime.gang import filter_rank
 
 # --- launch ------------------------------------------------------------------------------------
@@ -49,79 +50,6 @@ class LaunchCommand(TyperCommand):
         super().parse_args(ctx, before)
         ctx.args = command
         return command
-
-
-def _parse_value(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-MAX_SPEC_BYTES = 4 << 20  # a job spec is a few lines; this bounds what a mistake reads
-
-
-def _read_spec_file(path: Path) -> str:
-    """The text of a spec file: a regular file (a FIFO would block, /dev/zero never ends),
-    at most MAX_SPEC_BYTES."""
-    if path.exists() and not path.is_file():
-        raise InvalidInput(f"{path} is not a regular file", hint="give a YAML or JSON file")
-    with open(path, "rb") as f:
-        data = f.read(MAX_SPEC_BYTES + 1)
-    if len(data) > MAX_SPEC_BYTES:
-        raise InvalidInput(
-            f"{path} is over {MAX_SPEC_BYTES >> 20} MiB", hint="a job spec is a short YAML file"
-        )
-    return data.decode("utf-8", "replace")
-
-
-def _spec_from_args(
-    spec_file: Optional[Path], command: list[str], options: dict[str, Any]
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if spec_file is not None:
-        import yaml
-
-        try:
-            loaded = yaml.safe_load(_read_spec_file(spec_file))
-        except OSError as exc:
-            raise InvalidInput(
-                f"cannot read {spec_file}: {exc.strerror}", hint="give a readable YAML file"
-            ) from None
-        except yaml.YAMLError as exc:
-            raise InvalidSpec(
-                f"{spec_file} is not valid YAML: {exc}", hint="fix the YAML"
-            ) from None
-        if not isinstance(loaded, dict):
-            raise InvalidSpec(f"{spec_file} must hold a mapping of JobSpec fields", hint="")
-        spec.update(loaded)
-    if command:
-        spec["command"] = command
-    for key, value in options.items():
-        if value not in (None, [], {}):
-            spec[key] = value
-    if "command" not in spec:
-        raise InvalidSpec(
-            "no command to run",
-            hint="give it after `--` (air launch -- python train.py) or in the spec file",
-        )
-    return spec
-
-
-def _split_sets(sets: list[str], what: str) -> dict[str, Any]:
-    pairs: dict[str, Any] = {}
-    problems = []
-    for item in sets:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            problems.append(f"{what} {item!r} is not KEY=VALUE")
-            continue
-        pairs[key.strip()] = value
-    if problems:
-        raise InvalidSpec("bad options:", problems=problems, hint=f"write {what} KEY=VALUE")
-    return pairs
 
 
 @handle_errors
@@ -165,7 +93,7 @@ def launch(
                 hint="put the command after `--`: air launch [SPEC.yaml] -- COMMAND ARGS",
             )
         spec_file = Path(before[0])
-    config = {k: _parse_value(v) for k, v in _split_sets(set_, "--set").items()}
+    config = {k: parse_value(v) for k, v in split_sets(set_, "--set").items()}
     options: dict[str, Any] = {
         "name": name,
         "gpus": gpus,
@@ -179,11 +107,11 @@ def launch(
         "backend": backend,
         "project": project,
         "preemptible": preemptible,
-        "data": [{"name": k, "path": v} for k, v in _split_sets(data, "--data").items()],
+        "data": [{"name": k, "path": v} for k, v in split_sets(data, "--data").items()],
         "code": code,
         "patch": read_patch(patch) if patch is not None else None,
     }
-    spec = _spec_from_args(spec_file, command, options)
+    spec = spec_from_args(spec_file, command, options)
     if config:
         spec["config"] = {**(spec.get("config") or {}), **config}
     c = client()
