@@ -30,8 +30,9 @@ app = typer.Typer(
 )
 # Markup off: trial names, diffs, error lines and paths come from jobs and users, and
 # `[/data/shard-0]` must print as it is, not end (or crash) a rich style. Styles are Text.
-out = Console(markup=False)
-err = Console(stderr=True, markup=False)
+# Trial names and errors are job text: never markup, never emoji codes.
+out = Console(markup=False, emoji=False)
+err = Console(stderr=True, markup=False, emoji=False)
 JsonOpt = typer.Option(False, "--json", help="print JSON for agents and scripts")
 
 DEMO_TRIALS = 14

@@ -78,6 +78,13 @@ class Database:
             hint = "AIR_HOME is read-only: set AIR_HOME to a writable folder"
         elif "not a database" in text or "malformed" in text:
             hint = f"the state database {self.path} is corrupt: move it aside and retry"
+        elif getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL" or "disk is full" in text:
+            return StoreError(
+                f"state database {self.path}: the disk is full ({text})",
+                code="disk-full",
+                hint=f"free space on the disk that holds {self.path.parent}, or move AIR_HOME",
+                path=str(self.path),
+            )
         elif "locked" in text:
             return StoreError(
                 f"state database busy: {text}", hint="retry", retryable=True, path=str(self.path)
