@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from air_skills import settings
 from air_skills.backends.base import Backend, backend
 from air_skills.backends.info import row_to_info
 from air_skills.errors import InvalidInput, InvalidSpec, InvalidState, NotFound
@@ -42,6 +43,7 @@ class Client:
     """Launch, watch, read and cancel jobs. Safe to share between threads."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+        settings.check_all()  # a bad AIR_* value is refused here, not deep in a launch
         self.runtime = LaunchContext(home)
         self.home = self.runtime.home
         _ = self.store  # open now: a corrupt or read-only AIR_HOME fails here, clearly

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from air_skills.cli import admin, gpus, jobs
+from air_skills.cli import admin, gpus, images, jobs
 
 app = typer.Typer(
     help="AIR Skills: launch, watch and cancel ML jobs on GPUs.",
@@ -26,7 +26,7 @@ app.command(
 app.command("ls")(jobs.ls)
 for command in (jobs.status, jobs.logs, jobs.metrics, jobs.compare, jobs.wait, jobs.cancel):
     app.command()(command)
-for command in (gpus.gpus, gpus.cordon, gpus.uncordon, gpus.doctor, jobs.ui):
+for command in (gpus.gpus, gpus.cordon, gpus.uncordon, gpus.doctor, jobs.ui, images.images):
     app.command()(command)
 app.command("mcp-config")(admin.mcp_config)
 

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from air_skills.gpu.doctor import doctor_report
 from air_skills.gpu.providers import provider
-from air_skills.runtime.passes import MAX_INFRA_RETRIES
+from air_skills.runtime import container
+from air_skills.runtime.outcomes import max_infra_retries
 from air_skills.tracking.store_check import check_store
 
 if TYPE_CHECKING:
@@ -19,13 +20,22 @@ HISTORY_S = 24 * 3600  # the report looks back one day for restarts and cordons
 def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
     """The doctor's report for this machine (see ``air_skills.gpu.doctor``)."""
     since = time.time() - HISTORY_S
-    return doctor_report(
+    report = doctor_report(
         provider(),
         client.gpus(),
         client.home,
         requeued_infra=client.store.events_since("requeued-infra", since),
         cordons=client.store.events_since("cordon", since),
-        max_infra_retries=MAX_INFRA_RETRIES,
+        max_infra_retries=max_infra_retries(),
         tracking=check_store(client.home),
         deep=deep,
     )
+    return _with_check(report, container.doctor_check())
+
+
+def _with_check(report: dict[str, Any], check: dict[str, str]) -> dict[str, Any]:
+    """The report with one more check (its status the worst of all)."""
+    report["checks"].append(check)
+    rank = {"ok": 0, "warn": 1, "fail": 2}
+    report["status"] = max(report["status"], check["status"], key=rank.__getitem__)
+    return report

@@ -78,6 +78,9 @@ def launch(
     patch: Optional[str] = typer.Option(
         None, "--patch", help="a unified diff FILE (or - for stdin) applied to the snapshot"
     ),
+    image: Optional[str] = typer.Option(
+        None, "--image", help="run in this container image (podman or docker)"
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and show; launch nothing"),
     watch: bool = typer.Option(False, "--watch", help="follow the log until the job ends"),
     as_json: bool = JsonOpt,
@@ -110,6 +113,7 @@ def launch(
         "data": [{"name": k, "path": v} for k, v in split_sets(data, "--data").items()],
         "code": code,
         "patch": read_patch(patch) if patch is not None else None,
+        "image": image,
     }
     spec = spec_from_args(spec_file, command, options)
     if config:

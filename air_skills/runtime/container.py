@@ -71,6 +71,25 @@ def engine_problem(name: str | None = None) -> tuple[str, str | None]:
     return engine, None
 
 
+def doctor_check() -> dict[str, str]:
+    """`air doctor`'s container engine check: only a chosen engine that fails is a failure
+    (jobs without an image need none)."""
+    chosen = settings.raw("AIR_CONTAINER_ENGINE")
+    engine, problem = engine_problem()
+    if problem is None:
+        return {"name": "container engine", "status": "ok", "detail": f"{engine} works", "next": ""}
+    if not chosen and not any(shutil.which(e) for e in ENGINES):
+        detail = "none found (podman or docker); only jobs with an image need one"
+        return {"name": "container engine", "status": "ok", "detail": detail, "next": ""}
+    return {
+        "name": "container engine",
+        "status": "fail" if chosen else "warn",
+        "detail": problem,
+        "next": "install podman (apt-get install podman runc), or fix the engine's"
+        " configuration (CONTAINERS_CONF), or set AIR_CONTAINER_ENGINE",
+    }
+
+
 def image_id(engine: str, image: str, pinned: str | None = None) -> str:
     """The ID of ``image`` (pulled if it is not here); refused (exit 2) when there is none.
 

@@ -26,6 +26,7 @@ from air_skills.runtime.summary_block import read_tail
 RENDEZVOUS_TIMEOUT_S = 300
 PREFIX_TEMPLATE = "[rank${rank}]: "
 _PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
+_RAY_PREFIX = re.compile(r"^\([^)]*\) ")  # Ray's "(NodeRank pid=1, ip=...) " before a line
 _PYTHON = re.compile(r"^python[0-9.]*$")
 # torchrun's failure summary: the rank that failed first, and how.
 _ROOT = re.compile(
@@ -124,8 +125,9 @@ def rank_lines(text: str, rank: int) -> list[str]:
     """The lines of ``text`` that rank ``rank`` printed, without their prefix."""
     out = []
     for line in text.splitlines():
-        m = _PREFIX.match(line)
+        m = _PREFIX.match(_RAY_PREFIX.sub("", line, count=1))
         if m and int(m.group(1)) == rank:
+            line = _RAY_PREFIX.sub("", line, count=1)
             # torch prefixes a rank's traceback itself: "[rank1]: [rank1]: Traceback ..."
             while m:
                 line = line[m.end() :]
@@ -135,9 +137,10 @@ def rank_lines(text: str, rank: int) -> list[str]:
 
 
 def filter_rank(text: str, rank: int) -> str:
-    """``air logs --rank N``: only rank N's lines (with their prefix)."""
-    prefix = f"[rank{rank}]:"
-    kept = [line for line in text.splitlines(keepends=True) if line.startswith(prefix)]
+    """``air logs --rank N``: only rank N's lines (with their prefix; on Ray, after the
+    ``(NodeRank pid=..., ip=...)`` that Ray puts before an actor's output)."""
+    line_of = re.compile(rf"^(?:\([^)]*\) )?\[rank{rank}\]:")
+    kept = [line for line in text.splitlines(keepends=True) if line_of.match(line)]
     return "".join(kept)
 
 

@@ -40,7 +40,10 @@ from air_skills import settings
 from air_skills.runtime.nccl import MARK as NCCL_MARK
 from air_skills.status import JobStatus
 
-MAX_INFRA_RETRIES = settings.get("AIR_MAX_INFRA_RETRIES")
+
+def max_infra_retries() -> int:
+    """AIR_MAX_INFRA_RETRIES, read when a decision is made (a bad value is a clean error)."""
+    return settings.get("AIR_MAX_INFRA_RETRIES")
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class AttemptEnd:
     user_retries: int = 0  # retries after the command's own failures, used so far
     max_retries: int = 0  # the spec's max_retries
     infra_retries: int = 0
-    max_infra_retries: int = MAX_INFRA_RETRIES
+    max_infra_retries: int | None = None  # None: AIR_MAX_INFRA_RETRIES
     runner: str = ""  # where it ran, for the FAILED message (e.g. "Ray job raysub-1")
     rank: int | None = None  # a gang's rank that failed first (runtime/gang.py)
     rank_error: str | None = None  # that rank's last error line
@@ -97,7 +100,8 @@ def _finish(
 
 def _infra(end: AttemptEnd, infra: InfraFailure) -> Outcome:
     what = infra.what
-    if end.infra_retries < end.max_infra_retries:
+    limit = end.max_infra_retries
+    if end.infra_retries < (max_infra_retries() if limit is None else limit):
         if infra.source == "lost":
             text = (
                 f"QUEUED: requeued after an infra failure ({what}); it restarts with the"

@@ -26,7 +26,6 @@ from air_skills.runtime import container, proc
 from air_skills.runtime import pass_queries as q
 from air_skills.runtime.estimates import class_estimates
 from air_skills.runtime.outcomes import (
-    MAX_INFRA_RETRIES,
     AttemptEnd,
     InfraFailure,
     classify,
@@ -385,6 +384,5 @@ def _settle_lost(store: Store, row: sqlite3.Row, what: str) -> int:
         stop_reason=row["stop_reason"],
         infra=InfraFailure(what, "lost"),
         infra_retries=row["infra_retries"],
-        max_infra_retries=MAX_INFRA_RETRIES,
     )
     return int(record_without_supervisor(store, row, classify(end)))

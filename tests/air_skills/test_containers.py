@@ -59,6 +59,8 @@ def busybox_image(containers_conf: Path, tmp_path_factory: pytest.TempPathFactor
         pytest.skip(why)
     assert BUSYBOX is not None
     env = {**os.environ, "CONTAINERS_CONF": str(containers_conf)}
+    if subprocess.run(["podman", "image", "exists", IMAGE], env=env).returncode == 0:
+        return IMAGE  # built by an earlier session: the same busybox
     root = tmp_path_factory.mktemp("rootfs")
     (root / "bin").mkdir()
     shutil.copy2(os.path.realpath(BUSYBOX), root / "bin" / "busybox")

@@ -20,7 +20,6 @@ from air_skills.backends.ray.submit import queued_message, submit
 from air_skills.errors import AirError
 from air_skills.models import JobSpec
 from air_skills.runtime.outcomes import (
-    MAX_INFRA_RETRIES,
     AttemptEnd,
     InfraFailure,
     Outcome,
@@ -240,7 +239,7 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
         exit_code=exit_code,
         infra=InfraFailure(f"{label}: {ray_says}", source="ray"),
         infra_retries=row["infra_retries"],
-        max_infra_retries=MAX_INFRA_RETRIES if retryable else 0,
+        max_infra_retries=None if retryable else 0,
     )
     return _record(rt, ray, row, spec, classify(end))
 

@@ -1,0 +1,115 @@
+"""Gangs on Ray: the entrypoint of a job with procs > 1 or nodes > 1, the fit check, and the
+infra failures its log shows (a dead node, NCCL's signatures).
+
+One node: torchrun ``--standalone`` is the entrypoint itself, on the node Ray picks for the
+job's GPUs. Several nodes: gang_driver.py is, and it places one torchrun per node.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from air_skills import settings
+from air_skills.backends.ray.cluster import ClusterView, num
+from air_skills.backends.ray.gang_driver import NODE_DIED, NOT_PLACED
+from air_skills.backends.ray.packaging import entrypoint
+from air_skills.errors import InsufficientGpus
+from air_skills.models import JobSpec
+from air_skills.runtime import gang, nccl
+from air_skills.runtime.outcomes import InfraFailure
+from air_skills.runtime.summary_block import read_tail
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What ``submit_job`` gets: the shell entrypoint and what its process reserves."""
+
+    entrypoint: str
+    num_gpus: float | None
+    num_cpus: float
+    env: dict[str, str]
+
+
+def procs(spec: JobSpec) -> int:
+    return gang.procs_of(spec.model_dump(mode="json"))
+
+
+def entry(spec: JobSpec, folder: str) -> Entry:
+    """The entrypoint for ``spec`` (``folder`` is the job's folder on the node)."""
+    cpus = spec.cpus or 1
+    grace = settings.get("AIR_GRACE_S")
+    if spec.nodes == 1:
+        command = list(spec.command)
+        if procs(spec) > 1:
+            command = gang.torchrun_argv(command, procs(spec), f"{folder}/ranks", grace_s=grace)
+            return Entry(entrypoint(command), spec.gpus or None, cpus, gang.gang_env())
+        return Entry(entrypoint(command), spec.gpus or None, cpus, {})
+    plan = {
+        "command": list(spec.command),
+        "nodes": spec.nodes,
+        "procs": procs(spec),
+        "gpus": spec.gpus,
+        "cpus": cpus,
+        "grace_s": grace,
+        "rendezvous_s": gang.RENDEZVOUS_TIMEOUT_S,
+        "log_dir": f"{folder}/ranks",
+    }
+    python = spec.command[0] if gang.is_python(spec.command[0]) else sys.executable
+    driver = [python, "-m", "air_skills.backends.ray.gang_driver"]
+    # The driver only waits: the bundles hold the nodes' CPUs and GPUs.
+    return Entry(entrypoint(driver), None, 0, {"AIR_GANG_PLAN": json.dumps(plan)})
+
+
+def check_fit(spec: JobSpec, cluster: ClusterView) -> None:
+    """Refuse a gang that this cluster can never place: fewer nodes with the GPUs than asked."""
+    if spec.nodes <= 1 or not cluster.known:
+        return
+    cpus = spec.cpus or 1
+    fit = [
+        n
+        for n in cluster.nodes
+        if n.get("resources_total", {}).get("GPU", 0) >= spec.gpus
+        and n.get("resources_total", {}).get("CPU", 0) >= cpus
+    ]
+    if len(fit) >= spec.nodes:
+        return
+    raise InsufficientGpus(
+        f"the job asks for {spec.nodes} nodes with {spec.gpus} GPU(s) and {cpus} CPU(s) each,"
+        f" but the Ray cluster at {cluster.address} has {len(fit)} such node(s)"
+        f" ({cluster.describe()})",
+        hint=f"ask for at most {len(fit)} nodes or fewer GPUs per node"
+        f" (the largest node has {num(cluster.largest_node('GPU'))}), or add nodes",
+        requested=spec.nodes * spec.gpus,
+        available=len(fit),
+    )
+
+
+def log_infra(log_path: str, nodes: int) -> tuple[InfraFailure, bool] | None:
+    """(the infra failure that the attempt's log shows, whether a retry may place it again),
+    or None when the log shows none: a dead node, a gang that could not be placed, NCCL."""
+    lines = gang.attempt_output(read_tail(log_path)).splitlines()
+    for line in reversed(lines):
+        bare = gang.strip_ray_prefix(line)
+        if bare.startswith(NODE_DIED):
+            what = bare[len(NODE_DIED) :].strip()
+            return InfraFailure(f"a node of the {nodes}-node gang died ({what})", "ray"), True
+        if bare.startswith(NOT_PLACED):
+            return InfraFailure(bare[len(NOT_PLACED) :].strip(), "ray"), False
+    found = nccl.signature(gang.strip_ray_prefix(line) for line in lines)
+    if found is not None:
+        return InfraFailure(nccl.describe(*found), "nccl"), True
+    return None
+
+
+def describe_entry(e: Entry) -> str:
+    """For messages and tests: the argv that the entrypoint execs."""
+    return shlex.split(e.entrypoint.rpartition("exec ")[2])[0] if e.entrypoint else ""
+
+
+def plan_of(env: dict[str, Any]) -> dict[str, Any] | None:
+    raw = env.get("AIR_GANG_PLAN")
+    return json.loads(raw) if raw else None
