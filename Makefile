@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On machines without CUDA, pin the CPU wheel: an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test test-quick lint bench clean
+.PHONY: install container-tools demo test test-quick lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,19 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[all,dev]" "$(TORCH)"
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed container-tools
+
+# Container jobs (issue 16) and their tests need podman, runc and busybox-static. Installed
+# with apt, as root, when missing; elsewhere skipped quietly (the container tests then skip,
+# saying what is missing).
+container-tools:
+	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null \
+	    || ! command -v busybox >/dev/null; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    apt-get install -y -q podman runc busybox-static >/dev/null \
+	      || echo "note: apt-get could not install podman runc busybox-static"; \
+	  fi; \
+	fi
 
 demo: install
 	$(BIN)/autoresearch demo

@@ -20,6 +20,7 @@ from air_skills.home import check_job_id
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
 from air_skills.runtime import passes as local
 from air_skills.runtime.log_search import BadPattern, LogSearch, search_log
+from air_skills.runtime.orphans import sweep_orphans
 from air_skills.runtime.prepare import LaunchContext
 from air_skills.runtime.store import Store
 from air_skills.vocabulary import Direction
@@ -73,7 +74,37 @@ class Client:
             spec = spec.model_copy(update={"backend": self.store.setting("backend")})
         spec = self._resolve(spec)
         spec = self._check_data(spec)  # refused data inputs: nothing is created
-        return self.backend(spec.backend).launch(spec, dry_run=dry_run)
+        info = self.backend(spec.backend).launch(spec, dry_run=dry_run)
+        if info.code is not None and not dry_run:
+            from air_skills.runtime.code_gc import maybe_collect
+
+            maybe_collect(self.home)  # old snapshots go, at most once a day (one stat else)
+        return info
+
+    def rerun(
+        self,
+        job_id: str,
+        config: dict[str, Any] | None = None,
+        patch: str | None = None,
+        dry_run: bool = False,
+    ) -> JobInfo:
+        """Launch ``job_id``'s stored snapshot (not the tree as it is now) and config again:
+        ``config`` keys over its config, ``patch`` instead of its patch, on the same base."""
+        from air_skills.runtime.code_source import load_job_code, rerun_snapshot, rerun_spec
+        from air_skills.runtime.job_code import pinned_snapshot
+
+        row = self._row(job_id)
+        snapshot = rerun_snapshot(load_job_code(self.home, job_id, row["code"]))
+        spec = rerun_spec(self.home, job_id, json.loads(row["spec"]), config, patch)
+        with pinned_snapshot(snapshot):
+            return self.launch(spec, dry_run=dry_run)
+
+    @property
+    def code(self) -> Any:
+        """Code-snapshot verbs: ``diff(a, b)``, ``patch(job)``, ``export(...)``, ``gc()``."""
+        from air_skills.runtime.code_ops import CodeOps
+
+        return CodeOps(self.home, self._row)
 
     def _resolve(self, spec: JobSpec) -> JobSpec:
         workdir = _resolved(spec.workdir or os.getcwd())
@@ -100,7 +131,9 @@ class Client:
     # --- reading ------------------------------------------------------------------------------
 
     def reconcile(self) -> None:
-        """Settle records whose supervisor (or Ray job) is gone; start what can start."""
+        """Settle records whose supervisor (or Ray job) is gone; start what can start; clean
+        up after crashed launches (at most once a minute, see runtime/orphans.py)."""
+        sweep_orphans(self.runtime)
         for name in self.store.live_backends():
             self.backend(name).reconcile()
 

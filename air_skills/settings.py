@@ -166,6 +166,12 @@ _TABLE = (
         "the most megabytes (MiB) a job's code snapshot may hold",
         "a number of MiB > 0", _positive,
     ),
+    Setting(
+        "AIR_SNAPSHOT_RETENTION_DAYS", "float", 30.0,
+        "days a finished job's code snapshot is kept after it ends (`air gc`, and a daily"
+        " automatic pass, remove older ones; a queued or running job's snapshot is always kept)",
+        "a number of days > 0", _positive,
+    ),
     # --- the MCP server -------------------------------------------------------------------
     Setting(
         "AIR_MCP_TOKEN", "str", None,

@@ -20,7 +20,9 @@ class Decision:
     """What the loop journals for one finished trial."""
 
     trial: int
-    decision: str  # keep | discard | baseline | noise | failed | pruned | cancelled
+    decision: str  # keep | discard | baseline | noise | confirm | failed | pruned | cancelled
+    # | tampered
+    confirmed: dict[str, Any] | None = None  # mean, std, n, paired: a confirmed candidate
     best: tuple[int, float | None] | None = None  # the new reference, when this trial sets it
 
 
@@ -80,8 +82,12 @@ def judge(value: float, best: float | None, floor: float, direction: Direction) 
 
 def decide_trial(t: Trial, study: Study, state: StudyState, floor_known: bool) -> Decision | None:
     """The decision for one finished trial, or None while the noise floor is still unknown."""
+    if t.failure_kind == "tampered":
+        return Decision(t.number, "tampered")
     if t.status != TrialStatus.SUCCEEDED:
         return Decision(t.number, UNSUCCESSFUL.get(t.status, "failed"))
+    if t.source == "confirm":
+        return Decision(t.number, "confirm")
     if not floor_known:
         return None
     if t.is_noise:

@@ -47,7 +47,7 @@ class Trial:
     number: int
     diff: dict[str, Any]
     config: dict[str, Any]
-    source: str  # baseline | noise | tpe | random | llm | fallback:<name> | <custom>
+    source: str  # baseline | noise | confirm | tpe | random | llm | fallback:<name> | ...
     rationale: str = ""
     status: TrialStatus = TrialStatus.PROPOSED
     job_id: str | None = None
@@ -68,10 +68,22 @@ class Trial:
     ended_at: float | None = None
     gpu_s: float = 0.0
     gpus: int = 0
+    patch: str | None = None  # a code trial's own patch, against its parent's code
+    parent: int | None = None  # the trial whose code the patch applies to (None: the base)
+    patch_summary: dict[str, Any] | None = None  # {"files": {path: [+, -]}, "added", "removed"}
+    confirms: int | None = None  # a confirmation run of this trial
+    code_digest: str | None = None  # the snapshot its job ran
+    gpu_type: str | None = None
+    confirmed: dict[str, Any] | None = None  # mean, std, n, paired of a confirmed candidate
 
     @property
     def is_noise(self) -> bool:
         return self.source in ("baseline", "noise")
+
+    @property
+    def is_candidate(self) -> bool:
+        """A trial judged against the best (not a run of the base config, not a re-run)."""
+        return not self.is_noise and self.source != "confirm"
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -142,6 +154,8 @@ class StudyState:
     parent_run_id: str | None = None
     experiment_id: str | None = None
     gpus_per_trial: int | None = None
+    code_base: dict[str, Any] | None = None  # a code study's base snapshot (code_base event)
+    tampered: dict[int, list[str]] = field(default_factory=dict)  # trial -> protected files
     llm_usd: float = 0.0
     llm_input_tokens: int = 0
     llm_output_tokens: int = 0
@@ -214,12 +228,22 @@ class StudyState:
                 source=ev.get("source", "?"),
                 rationale=ev.get("rationale", ""),
                 proposed_at=ts,
+                patch=ev.get("patch"),
+                parent=ev.get("parent"),
+                patch_summary=ev.get("patch_summary"),
+                confirms=ev.get("confirms"),
             )
+        elif kind == "code_base":
+            self.code_base = {k: v for k, v in ev.items() if k not in ("event", "ts")}
+        elif kind == "tampered":
+            self.tampered[int(ev["trial"])] = list(ev.get("files") or [])
         elif kind == "launched" and trial is not None:
             trial.job_id = ev.get("job_id")
             trial.run_id = ev.get("run_id")
             trial.attempt = int(ev.get("attempt", trial.attempt + 1))
             trial.gpus = int(ev.get("gpus", 0))
+            trial.code_digest = ev.get("code_digest") or trial.code_digest
+            trial.gpu_type = ev.get("gpu_type") or trial.gpu_type
             trial.launched_at = ts
             trial.started_at = None
             trial.job_done = False
@@ -251,6 +275,7 @@ class StudyState:
         elif kind == "decision":
             if trial is not None:
                 trial.decision = ev.get("decision")
+                trial.confirmed = ev.get("confirmed") or trial.confirmed
             if ev.get("decision") in ("keep", "baseline"):
                 self.best_trial = int(ev["trial"])
                 self.best_value = ev.get("best_value", ev.get("value"))

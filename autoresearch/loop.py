@@ -26,11 +26,21 @@ from autoresearch.journal import HEARTBEAT_S, Journal, StudyState, Trial, TrialS
 from autoresearch.mirror import StudyMirror
 from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
 from autoresearch.study import Study, dump_study, parse_study
-from autoresearch.trials import build_request, noise_repeat, trial_command, trial_spec
+from autoresearch.launcher import TrialLauncher
+from autoresearch.trials import build_request, noise_repeat, trial_command
 from autoresearch.watch import STUDY_ENDING, TrialWatch
 
 # Keys that define what a study measures; a resume may change budgets, never these.
-FIXED_ON_RESUME = ("name", "command", "base_config", "search_space", "objective", "noise")
+FIXED_ON_RESUME = (
+    "name",
+    "command",
+    "base_config",
+    "search_space",
+    "objective",
+    "noise",
+    "code",
+    "evaluate",
+)
 
 
 @dataclass
@@ -40,7 +50,7 @@ class LoopResult:
     state: StudyState
 
 
-class StudyLoop(TrialWatch):
+class StudyLoop(TrialLauncher, TrialWatch):
     """Runs one study in one folder. ``run()`` returns when a budget is spent or a stop is
     requested; it raises on a study that cannot go on (a bad metric, a refused API key)."""
 
@@ -169,6 +179,7 @@ class StudyLoop(TrialWatch):
             proposer=proposer.name,
             air_home=str(getattr(self.client, "home", "")),
         )
+        self._start_code()
         self.metric_seen = any(
             self.study.objective.metric in t.metrics for t in self.state.trials.values()
         )
@@ -307,6 +318,7 @@ class StudyLoop(TrialWatch):
                 diff=p.diff,
                 config=study.config_for(p.diff),
                 rationale=p.rationale,
+                **_code_fields(p),
             )
             self._launch(self.state.trials[number])
             launched += 1
@@ -323,23 +335,7 @@ class StudyLoop(TrialWatch):
         return number
 
     def _request(self, n: int, purpose: str = "propose") -> ProposalRequest:
-        return build_request(self.study, self.state, n, purpose, now=time.time())
-
-    def _launch(self, t: Trial) -> None:
-        attempt = t.attempt + 1
-        spec = trial_spec(self.study, self.state, t, self.gpus_per_trial)
-        started = time.time()
-        info = self.client.launch(spec)
-        self.emit(
-            "launched",
-            trial=t.number,
-            job_id=info.job_id,
-            run_id=info.run_id,
-            attempt=attempt,
-            gpus=self.gpus_per_trial,
-            launch_s=round(time.time() - started, 4),
-        )
-        self.log(f"trial {t.number} launched as {info.job_id} ({t.source}): {t.diff or '(base)'}")
+        return build_request(self.study, self.state, n, purpose, now=time.time(), code=self.code)
 
     # --- budgets and stops ---
 
@@ -376,6 +372,13 @@ class StudyLoop(TrialWatch):
             self.mirror.report(paths["report"])
         except Exception as exc:
             self.emit("warning", message=f"report failed: {str(exc)[:200]}")
+
+
+def _code_fields(p: Any) -> dict[str, Any]:
+    """A proposal's code fields for the journal (none for a config-only trial)."""
+    if p.patch is None and p.parent is None:
+        return {}
+    return {"patch": p.patch, "parent": p.parent, "patch_summary": p.patch_summary}
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from air_skills.errors import NotFound
 from autoresearch.folder import PLOT_FILE, REPORT_FILE, loop_alive
 from autoresearch.journal import Journal, StudyState, Trial, TrialStatus, replay
+from autoresearch.report_code import code_lines, value_text
 from autoresearch.study import Study, parse_study
 
 # How each kind of finished trial is drawn (failed trials are drawn apart: no value).
@@ -233,8 +234,9 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
         note = (t.failure or t.rationale or "").replace("|", "/").replace("\n", " ")[:160]
         lines.append(
             f"| {t.number} | {t.source} | {_diff_text(t.diff)} | {t.status.value} |"
-            f" {_fmt(t.value)} | {_fmt(t.steps)} | {t.decision or ''} | {minutes} | {note} |"
+            f" {value_text(t)} | {_fmt(t.steps)} | {t.decision or ''} | {minutes} | {note} |"
         )
+    lines += code_lines(study, state)
     if state.invalid_proposals or state.fallbacks or state.llm_errors:
         lines += [
             "",

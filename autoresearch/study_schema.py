@@ -10,7 +10,14 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from air_skills.models import DataInput, split_command
 from air_skills.vocabulary import NAME_PATTERN, Direction, better
@@ -180,11 +187,55 @@ class EarlyStopping(_Strict):
 
 
 class Noise(_Strict):
-    """Re-runs of the baseline with other seeds; an improvement counts only beyond the floor."""
+    """Re-runs of the baseline with other seeds; an improvement counts only beyond the floor.
+
+    With ``confirm_seeds`` > 0 a candidate that beats the best by less than ``confirm_margin``
+    x the floor (every candidate with ``confirm: always``) is re-run with that many more seeds
+    before it is kept: screen, then confirm.
+    """
 
     repeats: int = Field(default=0, ge=0, le=50)  # extra runs of the base config
     sigmas: float = Field(default=2.0, gt=0)  # floor = sigmas x standard deviation
     seed_key: str = Field(default="seed", min_length=1)  # the config key that holds the seed
+    confirm: Literal["margin", "always"] = "margin"
+    confirm_margin: float = Field(default=2.0, ge=0)  # x the floor; closer wins are re-run
+    confirm_seeds: int = Field(default=0, ge=0, le=20)  # 0: no confirmation runs
+
+
+class CodeSection(_Strict):
+    """Code-level trials: the LLM may patch ``editable`` files, never ``protected`` ones.
+
+    Globs use .gitignore syntax against paths from the snapshot's root (``train.py`` matches
+    at any depth, ``src/**/*.py`` is anchored). ``context_kb`` bounds the editable files'
+    text in the prompt; bigger files are shown as an outline plus the parts trials touched.
+    """
+
+    editable: list[str] = Field(min_length=1)
+    protected: list[str] = Field(default_factory=list)
+    context_kb: int = Field(default=48, ge=1, le=1024)
+    max_patch_kb: int = Field(default=64, ge=1, le=1024)  # a bigger patch is refused
+
+    @field_validator("editable", "protected")
+    @classmethod
+    def _globs(cls, globs: list[str]) -> list[str]:
+        for g in globs:
+            if not g.strip() or g.startswith("!") or "\x00" in g:
+                raise ValueError(f"{g!r} is not a glob (no empty, negated or NUL patterns)")
+        return globs
+
+
+class Evaluate(_Strict):
+    """A trusted evaluator, run after a trial succeeds: from the base snapshot's code (not the
+    trial's), with the trial's AIR_CHECKPOINT_DIR; its ``---`` summary block gives the
+    objective."""
+
+    command: list[str] = Field(min_length=1)
+    timeout_min: float = Field(default=10.0, gt=0)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return split_command(value)
 
 
 class Study(_Strict):
@@ -194,7 +245,8 @@ class Study(_Strict):
     command: list[str] = Field(min_length=1)  # argv; the config arrives in AIR_CONFIG_FILE
     workdir: str = "."  # relative to the folder the loop starts in
     base_config: dict[str, Any] = Field(default_factory=dict)
-    search_space: dict[str, Param] = Field(min_length=1)
+    code: CodeSection | None = None  # code-level trials (patches); None: config-only
+    search_space: dict[str, Param] = Field(default_factory=dict)
     objective: Objective
     budget: Budget = Field(default_factory=Budget)
     gpus_per_trial: int | None = Field(default=None, ge=0)  # None: 1 if the pool has GPUs, else 0
@@ -211,11 +263,26 @@ class Study(_Strict):
     backend: Literal["local", "ray"] | None = None  # None: AIR_HOME's default (local)
     project: str | None = Field(default=None, pattern=NAME_PATTERN)
     data: list[DataInput] = Field(default_factory=list)  # [{name, path}], as in a job spec
+    image: str | None = Field(default=None, max_length=255)  # every trial runs in it (JobSpec)
+    evaluate: Evaluate | None = None  # a trusted evaluator (needs `code`)
 
     @field_validator("command", mode="before")
     @classmethod
     def _split_command(cls, value: Any) -> Any:
         return split_command(value)
+
+    @field_validator("evaluate", mode="before")
+    @classmethod
+    def _bare_evaluate(cls, value: Any) -> Any:
+        return {"command": value} if isinstance(value, str | list) else value
+
+    @field_validator("search_space")
+    @classmethod
+    def _space_or_code(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # a code study may search patches alone; a config-only study needs a space
+        if not value and info.data.get("code") is None:
+            raise ValueError("the search space is empty: give at least one parameter")
+        return value
 
     @field_validator("proposer", mode="before")
     @classmethod
@@ -251,11 +318,22 @@ class Study(_Strict):
                     f"base_config.{key}: {p}"
                     for p in check_value(key, param, self.base_config[key])
                 ]
-        if self.noise.repeats and self.noise.seed_key in self.search_space:
+        if (self.noise.repeats or self.noise.confirm_seeds) and (
+            self.noise.seed_key in self.search_space
+        ):
             problems.append(
                 f"noise.seed_key {self.noise.seed_key!r} is also in search_space; "
-                "the noise repeats need to set it themselves"
+                "the noise repeats and confirmation runs need to set it themselves"
             )
+        if self.code is not None:
+            overlap = sorted(set(self.code.editable) & set(self.code.protected))
+            if overlap:
+                problems.append(
+                    "code: editable and protected share " + ", ".join(overlap)
+                    + ": a file may not be both"
+                )
+        if self.evaluate is not None and self.code is None:
+            problems.append("evaluate: a trusted evaluator needs a `code` section (protected files)")
         if isinstance(self.procs_per_trial, int) and self.procs_per_trial < 1:
             problems.append("procs_per_trial must be at least 1 (or 'gpu': one per GPU)")
         if self.procs_per_trial == "gpu" and self.gpus_per_trial == 0:

@@ -59,12 +59,18 @@ def trial_spec(study: Study, state: StudyState, t: Trial, gpus: int) -> Any:
         idempotency_key=f"ar-{state.study_id}-t{t.number}-a{t.attempt + 1}",
         project=study.project,
         data=study.data,
+        image=study.image,
         **({"backend": study.backend} if study.backend else {}),
     )
 
 
 def build_request(
-    study: Study, state: StudyState, n: int, purpose: str = "propose", now: float | None = None
+    study: Study,
+    state: StudyState,
+    n: int,
+    purpose: str = "propose",
+    now: float | None = None,
+    code: Any = None,
 ) -> ProposalRequest:
     """What the proposer sees: the whole history, the noise floor and the budgets left."""
     now = now or time.time()
@@ -77,4 +83,5 @@ def build_request(
         budget_left=budgets.budget_left(study, state, now),
         llm_usd_left=budgets.llm_usd_left(study, state),
         purpose=purpose,
+        code=code,
     )

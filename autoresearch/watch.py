@@ -19,7 +19,7 @@ from air_skills.errors import (
     TrackingUnavailable,
     UnknownMetric,
 )
-from autoresearch import decisions
+from autoresearch import confirm, decisions
 from autoresearch.journal import StudyState, Trial, TrialStatus
 from autoresearch.mirror import StudyMirror
 from autoresearch.outcomes import (
@@ -54,6 +54,12 @@ class TrialWatch:
         raise NotImplementedError
 
     def _launch(self, t: Trial) -> None:
+        raise NotImplementedError
+
+    def _tamper_after(self, t: Trial) -> list[str]:
+        raise NotImplementedError
+
+    def _evaluate(self, t: Trial, fields: dict[str, Any]) -> None:
         raise NotImplementedError
 
     def _active(self) -> list[Trial]:
@@ -143,6 +149,16 @@ class TrialWatch:
                 self._poll()
 
     def _finished(self, t: Trial, info: Any) -> None:
+        tampered = self._tamper_after(t)
+        if tampered:  # its result never counts, whatever it reported
+            _, _, gpu_s = job_times(info)
+            self.cancelling.pop(t.number, None)
+            self.emit("finished", trial=t.number, job_id=t.job_id, run_id=info.run_id,
+                      status=TrialStatus.FAILED.value, failure_kind="tampered", gpu_s=gpu_s,
+                      failure="tampered: changed protected " + ", ".join(tampered))  # fmt: skip
+            self.undecided.append(t.number)
+            self.log(f"trial {t.number} TAMPERED with {', '.join(tampered)}: not counted")
+            return
         stopping = bool(self.hard_stop) or t.number in self.cancelling
         if wants_infra_retry(t, info, self.study.max_infra_retries, stopping):
             _, _, gpu_s = job_times(info)
@@ -188,6 +204,8 @@ class TrialWatch:
                 raise missing_metric_error(objective.metric, t, outcome.logged)
             return
         self.metric_seen = self.metric_seen or outcome.metric_seen
+        if fields.get("status") == TrialStatus.SUCCEEDED.value and self.study.evaluate:
+            self._evaluate(t, fields)
         if outcome.no_curve and not self.curve_warned:
             self.curve_warned = True
             self.emit(
@@ -261,12 +279,38 @@ class TrialWatch:
         while self.undecided:
             t = self.state.trials[self.undecided[0]]
             decision = decisions.decide_trial(t, study, self.state, floor_known)
+            if decision is not None and decision.decision == "keep":
+                decision = self._confirmed(t, decision)
             if decision is None:
                 return
             self._decision(t, decision)
             if decision.decision == "keep":
                 self.log(f"trial {t.number} is the new best: {t.value:.5g}")
             self.undecided.pop(0)
+
+    def _confirmed(self, t: Trial, screen: decisions.Decision) -> decisions.Decision | None:
+        """A keep that must be confirmed first: its re-runs proposed, then the paired verdict
+        (None while they run). With no trial budget left for them it stands unconfirmed."""
+        if not confirm.needed(t, self.study, self.state):
+            return screen
+        if not confirm.confirmations(self.state, t.number):
+            planned = confirm.runs(t, self.study)
+            if len(self.state.trials) + len(planned) > self.study.budget.trials:
+                self.emit("warning", message=f"trial {t.number} kept unconfirmed: no trial"
+                          " budget left for its confirmation runs")  # fmt: skip
+                return screen
+            for config, why in planned:
+                self.emit("proposal", trial=self.state.next_number, source="confirm",
+                          diff=t.diff, config=config, rationale=why, confirms=t.number,
+                          patch=t.patch, parent=t.parent)  # fmt: skip
+            self.log(f"trial {t.number} beats the best: confirming with {len(planned)} seeds")
+            return None
+        found = confirm.verdict(t, self.study, self.state)
+        if found is None:
+            return None
+        verdict, stats = found
+        best = (t.number, stats["mean"]) if verdict == "keep" else None
+        return decisions.Decision(t.number, verdict, best=best, confirmed=stats)
 
     def _decision(self, t: Trial, decision: decisions.Decision) -> None:
         best = decision.best
@@ -279,6 +323,7 @@ class TrialWatch:
             best_trial=best_trial,
             best_value=best_value,
             floor=self.state.noise_floor,
+            **({"confirmed": decision.confirmed} if decision.confirmed else {}),
         )
         finite = t.value is not None and math.isfinite(t.value)
         self.mirror.decision(

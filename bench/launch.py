@@ -8,7 +8,8 @@ Rows: launches one after another (the usual case: a supervisor whose job ended w
 and the next launch hands it the job, so no process is created on the critical path); the
 same with MLflow tracking on; cold launches, where no supervisor is waiting (a fresh
 AIR_HOME whose supervisors exit at once: the launch forks, starts the command in the forked
-child, which then becomes the supervisor); and Ray, when ``bench/launch_ray.py`` is here.
+child, which then becomes the supervisor); Ray, when ``bench/launch_ray.py`` is here; and a
+job in a podman image against ``podman run`` of it by hand (``bench/launch_container.py``).
 
     python bench/launch.py            # 50 launches, 5 tracked, 10 cold, 10 on Ray
     python bench/launch.py --n 200 --tracked 10 --cold 20 --ray 0
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracked", type=int, default=5, help="launches with MLflow tracking")
     parser.add_argument("--cold", type=int, default=10, help="launches with no idle supervisor")
     parser.add_argument("--ray", type=int, default=10, help="Ray launches, if launch_ray exists")
+    parser.add_argument("--container", type=int, default=10, help="launches in a podman image")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
 
@@ -127,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
                     air.append(first)
                     returned.append(ret)
                 time.sleep(SETTLE_S)
+
+        boxed = None  # (air launches in a container, `podman run` by hand): launch_container.py
+        if args.container > 0:
+            from launch_container import measure
+
+            boxed = measure(client, args.container)
 
         tracked: list[float] = []
         tracked_raw: list[float] = []
@@ -177,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row("air launch, cold (no idle supervisor)", cold, cold_raw))
     if ray:
         rows.append(row("air launch (backend ray)", ray, raw))
+    if boxed:  # its own base: the same image run by hand (goal: launch_container.GOAL)
+        rows.append(row("air launch --image (vs podman run)", *boxed))
     print(
         f"launch -> first instruction of `python -S -c ...`; {os.cpu_count()} cores, load"
         f" average {load:.1f} when it began (ratios: to the raw Popens measured beside each)\n"

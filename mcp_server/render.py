@@ -60,14 +60,14 @@ def _duration(job: Any) -> str | None:
 def short_config(config: dict[str, Any] | None, limit: int = CONFIG_CHARS) -> str:
     """``lr=0.1 depth=2``, cut to ``limit`` characters."""
     if not config:
-        return "none (script defaults)"
+        return "none"
     text = " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in config.items())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _NEXT = {
     "QUEUED": "wait_for_jobs",
-    "RUNNING": "wait_for_jobs, or get_logs(grep=...) to peek",
+    "RUNNING": "wait_for_jobs or get_logs(grep=...)",
     "SUCCEEDED": "get_metrics(job_id={id}) or compare_jobs",
     "FAILED": "read the log tail; fix the cause, then launch again",
     "TIMED_OUT": "raise timeout_min or shorten the run, then launch again",
@@ -101,7 +101,8 @@ def render_job(job: Any, metric: str | None = None) -> str:
     routine = str(job.status) in ("RUNNING", "SUCCEEDED") and job.message.startswith(job.status)
     if job.message and not routine:  # "RUNNING on GPUs [0]" repeats the first line
         lines.append(f"message: {job.message[:MESSAGE_CHARS]}")
-    lines.append(f"config: {short_config(getattr(job, 'config', None))}")
+    if getattr(job, "config", None):
+        lines.append(f"config: {short_config(job.config)}")
     where = [f"run {job.run_id}" if job.run_id else "not tracked"]
     if job.log_path:
         where.append(f"log {job.log_path}")
@@ -186,6 +187,9 @@ _QUIET = {
     "data": [],
     "dirty": False,
     "patched": False,
+    "priority": "normal",
+    "backend": "local",
+    "project": "default",
 }  # job and GPU fields that say nothing at their default
 
 

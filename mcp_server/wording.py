@@ -7,6 +7,7 @@ wording and a size bound: ``[code] what happened`` then ``Next: ...``.
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from pydantic import ValidationError
@@ -47,13 +48,23 @@ def error_text(exc: AirError) -> str:
 
 def bad_arguments(tool: str, exc: ValidationError, valid: list[str]) -> InvalidInput:
     """InvalidInput listing every bad argument at once (names shortened, values never shown)."""
-    problems = [p if len(p) <= 200 else p[:200] + " ..." for p in pydantic_problems(exc)]
+    problems = [_did_you_mean(p, valid) for p in pydantic_problems(exc)]
+    problems = [p if len(p) <= 200 else p[:200] + " ..." for p in problems]
     shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
     return InvalidInput(
         f"bad arguments for {tool}: " + "; ".join(shown),
         hint=f"fix the arguments listed; {tool} takes: " + (", ".join(valid) or "no arguments"),
         problems=shown,
     )
+
+
+def _did_you_mean(problem: str, valid: list[str]) -> str:
+    """``gpu: unknown field`` -> ``gpu: unknown field; did you mean gpus?``"""
+    name, _, msg = problem.partition(": ")
+    if msg != "unknown field":
+        return problem
+    close = difflib.get_close_matches(name, valid, n=1)
+    return f"{problem}; did you mean {close[0]}?" if close else problem
 
 
 def job_not_found(exc: NotFound) -> NotFound:

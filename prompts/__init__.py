@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from string import Template
 
-NAMES = ("proposer_system", "proposer_user", "proposer_retry")
+NAMES = ("proposer_system", "proposer_user", "proposer_retry", "proposer_code")
 
 
 def load(template: str) -> Template:

@@ -44,3 +44,8 @@ def attach_image(
         discard_prepared(rt, job)
         raise
     image.save(Path(job.jdir))
+
+
+def ray_image(spec: JobSpec) -> dict[str, str]:
+    """Ray's ``runtime_env`` field for the job's image: Ray runs the job in that container."""
+    return {"image_uri": spec.image} if spec.image else {}

@@ -18,9 +18,11 @@ from air_skills.runtime.job_code import CodePlan, plan_code
 from air_skills.runtime.prepare import (
     LaunchContext,
     discard_prepared,
+    disk_full_named,
     find_by_idempotency_key,
     job_name,
     prepare_job,
+    recording,
 )
 from air_skills.tracking.mlflow import tracking_uri
 
@@ -53,10 +55,18 @@ class LocalBackend:
             tags={**spec.tags, **image_tags(image)},
             code=code,
         )
-        attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
-        write_launch_env(job.jdir)  # whichever process starts the job, it gets this environment
-        gpus = passes.schedulable_gpus(store)
-        with store.tx() as c:  # queued and scheduled at once: one transaction
+        try:
+            attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
+            with disk_full_named(self.runtime.home / "jobs"):
+                # Whichever process starts the job, it gets this environment.
+                write_launch_env(job.jdir)
+            gpus = passes.schedulable_gpus(store)
+        except BaseException:
+            discard_prepared(self.runtime, job)
+            raise
+        decided = None
+        # Queued and scheduled at once, in one transaction; the folder takes its name in it.
+        with recording(self.runtime, job) as c:
             got, created = store.queue(
                 spec.model_dump(mode="json"),
                 job.job_id,
@@ -67,12 +77,13 @@ class LocalBackend:
                 tracking_note=job.tracking_note,
                 c=c,
                 project=spec.resolved_project(),
+                jdir=job.jdir,
             )
             if created and job.code is not None:
                 store.set_code(c, job.job_id, job.code)
-            decided = passes.run_pass(store, c, gpus, new_job=job.job_id) if created else None
+            if created:
+                decided = passes.run_pass(store, c, gpus, new_job=job.job_id)
         if decided is None:  # a concurrent caller with the same idempotency key won
-            discard_prepared(self.runtime, job)
             return self._info(got)
         passes.act_on_pass(store, decided)
         return self._info(job.job_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from air_skills.cli import admin, gpus, images, jobs
+from air_skills.cli import admin, code, gpus, images, jobs
 
 app = typer.Typer(
     help="AIR Skills: launch, watch and cancel ML jobs on GPUs.",
@@ -29,6 +29,9 @@ for command in (jobs.status, jobs.logs, jobs.metrics, jobs.compare, jobs.wait, j
 for command in (gpus.gpus, gpus.cordon, gpus.uncordon, gpus.doctor, jobs.ui, images.images):
     app.command()(command)
 app.command("mcp-config")(admin.mcp_config)
+for command in (code.rerun, code.diff, code.gc):
+    app.command()(command)
+app.add_typer(code.code_app, name="code")
 
 
 def main() -> None:

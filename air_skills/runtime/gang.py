@@ -136,6 +136,11 @@ def rank_lines(text: str, rank: int) -> list[str]:
     return out
 
 
+def strip_ray_prefix(line: str) -> str:
+    """The line without the ``(NodeRank pid=..., ip=...) `` that Ray puts before it."""
+    return _RAY_PREFIX.sub("", line, count=1)
+
+
 def filter_rank(text: str, rank: int) -> str:
     """``air logs --rank N``: only rank N's lines (with their prefix; on Ray, after the
     ``(NodeRank pid=..., ip=...)`` that Ray puts before an actor's output)."""

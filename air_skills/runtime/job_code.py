@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,21 @@ CODE_RECORD = "code.json"
 PATCH_FILE = "code.patch"
 VIEW_DIR = "code"
 DIFF_ARTIFACT = "code/dirty.diff"
+
+# The stored snapshot that launches in this context run instead of their workdir's tree (set
+# by ``air rerun`` around its launch): the backends call ``plan_code`` with the spec's workdir
+# and patch only, so the choice travels beside the spec, in this context only.
+_PINNED: ContextVar[Snapshot | None] = ContextVar("air_pinned_snapshot", default=None)
+
+
+@contextmanager
+def pinned_snapshot(snapshot: Snapshot) -> Iterator[None]:
+    """Within this block, ``plan_code`` uses ``snapshot`` instead of snapshotting the workdir."""
+    token = _PINNED.set(snapshot)
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
 
 
 @dataclass
@@ -53,6 +71,8 @@ class CodePlan:
         tags = {"air.code.digest": self.snapshot.digest}
         if self.patch is not None:
             tags["air.code.patched"] = "true"
+        if self.snapshot.rerun_of:
+            tags["air.code.rerun_of"] = self.snapshot.rerun_of
         if git:
             if git.commit:
                 tags["mlflow.source.git.commit"] = git.commit
@@ -81,7 +101,7 @@ def plan_code(home: Path, workdir: str, patch: str | None, store: bool = True) -
     With ``store=False`` (a dry run) nothing is written to the store either.
     """
     started = time.perf_counter()
-    snap = take_snapshot(home, workdir, store=store)
+    snap = _PINNED.get() or take_snapshot(home, workdir, store=store)
     plan = CodePlan(snap, patch)
     if patch is not None:
         files = snap.manifest["files"]
@@ -97,7 +117,7 @@ def plan_code(home: Path, workdir: str, patch: str | None, store: bool = True) -
                         file=path,
                     )
                 return None
-            if store:
+            if snap.stored:
                 return read_blob(home, entry["sha256"])
             return (snap.root / path).read_bytes()
 
@@ -106,8 +126,14 @@ def plan_code(home: Path, workdir: str, patch: str | None, store: bool = True) -
     return plan
 
 
-def materialize(home: Path, plan: CodePlan, jdir: Path) -> dict[str, Any]:
-    """Write the job's view, ``code.json`` (and ``code.patch``); return the job's code info."""
+def materialize(
+    home: Path, plan: CodePlan, jdir: Path, final_dir: Path | None = None
+) -> dict[str, Any]:
+    """Write the job's view, ``code.json`` (and ``code.patch``); return the job's code info.
+
+    ``final_dir``: where the folder will be once renamed into place (launches build it under
+    a temporary name); ``code.json`` records the view there.
+    """
     started = time.perf_counter()
     view = jdir / VIEW_DIR
     method = build_view(home, plan.snapshot.manifest, view, plan.overrides)
@@ -119,8 +145,10 @@ def materialize(home: Path, plan: CodePlan, jdir: Path) -> dict[str, Any]:
     record = {
         **info,
         "root": str(plan.snapshot.root),
+        "repo_url": plan.snapshot.git.repo_url if plan.snapshot.git else None,
+        "rerun_of": plan.snapshot.rerun_of,
         "cwd": plan.snapshot.cwd,
-        "view": str(view),
+        "view": str((final_dir or jdir) / VIEW_DIR),
         "source": plan.snapshot.mode,
         "copy": method,
         "bytes": plan.snapshot.bytes,
@@ -135,4 +163,6 @@ def materialize(home: Path, plan: CodePlan, jdir: Path) -> dict[str, Any]:
 def dirty_diff_of(plan: CodePlan) -> str:
     """The diff against HEAD to keep with the run ("" when the tree was clean or not git)."""
     git = plan.snapshot.git
+    if plan.snapshot.rerun_of:  # the tree on disk now is not what the rerun runs
+        return ""
     return dirty_diff(plan.snapshot.root) if git and git.dirty and git.commit else ""

@@ -1,19 +1,28 @@
-"""Launch preparation shared by every backend: the job's folder, its MLflow run, dedupe, discard."""
+"""Launch preparation shared by every backend: the job's folder, its MLflow run, dedupe, discard.
+
+A job's folder is built under a temporary name and renamed into place inside the transaction
+that records the job (``recording``), so a launcher killed at any step leaves either a whole
+job or a crashed launch that runtime/orphans.py cleans up (see runtime/launch_intent.py).
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import TrackingUnavailable
+from air_skills.errors import StoreError, TrackingUnavailable
 from air_skills.home import default_home, ensure_home, job_dir
+from air_skills.runtime import launch_intent
+from air_skills.runtime.faults import crash_point
 from air_skills.runtime.job_code import DIFF_ARTIFACT, CodePlan, dirty_diff_of, materialize
 from air_skills.runtime.store import Store, new_job_id
 
@@ -50,16 +59,24 @@ class LaunchContext:
 
 @dataclass
 class PreparedJob:
-    """A job's folder and MLflow run, made before the job is recorded in the store."""
+    """A job's folder and MLflow run, made before the job is recorded in the store.
+
+    ``jdir`` is where the folder is now: its temporary name until ``recording`` renames it
+    to ``final_dir``. Paths that outlive the launch (``log_path``) name the final folder.
+    """
 
     job_id: str
     jdir: Path
-    log_path: Path
+    final_dir: Path
     name: str
     run_id: str | None = None
     experiment_id: str | None = None
     tracking_note: str | None = None
     code: dict[str, Any] | None = None  # the job's code info (a snapshot job), see job_code
+
+    @property
+    def log_path(self) -> Path:
+        return self.final_dir / "output.log"
 
 
 def job_name(name: str | None, command: list[str]) -> str:
@@ -90,47 +107,136 @@ def prepare_job(
     ``data`` holds the spec's resolved data inputs (objects or dicts with name, path, digest).
     ``code`` is the checked snapshot (``job_code.plan_code``); its view is made here, so the
     command starts at once when the job is scheduled, and a failure leaves no job behind.
+    The folder is built under a temporary name: record it with ``recording``.
     """
     data = list(data)
     job_id = new_job_id()
-    jdir = ctx.job_dir(job_id)
-    jdir.mkdir(parents=True)
-    job = PreparedJob(job_id, jdir, jdir / "output.log", name)
+    final = ctx.job_dir(job_id)
+    job = PreparedJob(job_id, launch_intent.build_dir(ctx.home, job_id), final, name)
     try:
-        (jdir / "config.json").write_text(json.dumps(config, indent=1))
-        (jdir / "data").mkdir()
-        if data:
-            from air_skills.tracking.data import link_inputs
-
-            link_inputs(data, jdir / "data")
-        if code is not None:
-            job.code = materialize(ctx.home, code, jdir)
+        with disk_full_named(ctx.home / "jobs"):
+            # The intent first: whatever exists of this job from here on, a sweep finds it.
+            launch_intent.write(ctx.home, job_id)
+            crash_point("prepare:intent")
+            _build_folder(ctx, job, config, data, code)
+        crash_point("prepare:folder")
+        if track:
+            _create_run(ctx, job, config, data, experiment, tags, code)
+            crash_point("prepare:run")
     except BaseException:
-        shutil.rmtree(jdir, ignore_errors=True)
+        discard_prepared(ctx, job)
         raise
-    if track:
-        run_tags = {**(tags or {}), **(code.tags() if code is not None else {})}
-        try:
-            job.run_id, job.experiment_id = ctx.tracker.create_run(
-                job_id=job_id, name=name, experiment=experiment, config=config, tags=run_tags
-            )
-            if data:
-                from air_skills.tracking.data import log_inputs
-
-                log_inputs(ctx.tracker, job.run_id, data)
-            diff = dirty_diff_of(code) if code is not None else ""
-            if diff:
-                ctx.tracker.log_text(job.run_id, diff, DIFF_ARTIFACT)
-        except TrackingUnavailable as exc:
-            job.tracking_note = f"tracking unavailable: {exc.message}"
     return job
 
 
+def _build_folder(
+    ctx: LaunchContext,
+    job: PreparedJob,
+    config: dict[str, Any],
+    data: list[Any],
+    code: CodePlan | None,
+) -> None:
+    job.jdir.mkdir()
+    (job.jdir / "config.json").write_text(json.dumps(config, indent=1))
+    (job.jdir / "data").mkdir()
+    if data:
+        from air_skills.tracking.data import link_inputs
+
+        link_inputs(data, job.jdir / "data")
+    if code is not None:
+        job.code = materialize(ctx.home, code, job.jdir, final_dir=job.final_dir)
+
+
+def _create_run(
+    ctx: LaunchContext,
+    job: PreparedJob,
+    config: dict[str, Any],
+    data: list[Any],
+    experiment: str | None,
+    tags: dict[str, str] | None,
+    code: CodePlan | None,
+) -> None:
+    """The job's MLflow run (its id noted in the intent); tracking down is a note, not an error."""
+    run_tags = {**(tags or {}), **(code.tags() if code is not None else {})}
+    # Killed while the run is made, the launcher leaves a run the sweep finds by its tag.
+    launch_intent.write(ctx.home, job.job_id, run="creating")
+    try:
+        job.run_id, job.experiment_id = ctx.tracker.create_run(
+            job_id=job.job_id, name=job.name, experiment=experiment, config=config, tags=run_tags
+        )
+        crash_point("prepare:run-made")
+        launch_intent.write(ctx.home, job.job_id, run_id=job.run_id)
+        if data:
+            from air_skills.tracking.data import log_inputs
+
+            log_inputs(ctx.tracker, job.run_id, data)
+        diff = dirty_diff_of(code) if code is not None else ""
+        if diff:
+            ctx.tracker.log_text(job.run_id, diff, DIFF_ARTIFACT)
+    except TrackingUnavailable as exc:
+        job.tracking_note = f"tracking unavailable: {exc.message}"
+
+
+@contextmanager
+def recording(ctx: LaunchContext, job: PreparedJob) -> Iterator[sqlite3.Connection]:
+    """The transaction that records a prepared job (``store.queue(..., c=c, jdir=job.jdir)``).
+
+    Just before its COMMIT, while this process holds the write lock, the folder is renamed
+    into place if the job was recorded: no pass can start the job, and no reader can see
+    its record, before its folder is there. A launcher killed before the rename leaves a
+    temporary folder; killed after it, a folder without a record; both are orphans that a
+    sweep removes (the intent names them). A job not recorded (a concurrent caller with its
+    idempotency key won) or any failure discards the prepared job.
+    """
+    store = ctx.store
+    try:
+        with disk_full_named(ctx.home / "jobs"), store.tx() as c:
+            crash_point("launch:locked")
+            yield c
+            if store.row_in(c, job.job_id) is not None:
+                os.rename(job.jdir, job.final_dir)
+                job.jdir = job.final_dir
+                crash_point("launch:placed")
+    except BaseException:
+        discard_prepared(ctx, job)
+        raise
+    if job.jdir != job.final_dir:
+        discard_prepared(ctx, job)
+        return
+    crash_point("launch:committed")
+    launch_intent.remove(ctx.home, job.job_id)
+
+
 def discard_prepared(ctx: LaunchContext, job: PreparedJob) -> None:
-    """Remove a prepared job's folder and run: a concurrent caller with its key won."""
+    """Remove a prepared job's folder and run (a failed launch, or a concurrent caller with
+    its idempotency key won), then its intent: a crash midway is left for the sweep."""
     shutil.rmtree(job.jdir, ignore_errors=True)
     if job.run_id:
         try:
             ctx.tracker.delete_run(job.run_id)
         except Exception:
             pass  # an orphan run is harmless; the launch itself succeeded
+    launch_intent.remove(ctx.home, job.job_id)
+
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def disk_full_named(where: Path) -> Iterator[None]:
+    """A full disk (or quota) while writing a job's folder is a ``disk-full`` error naming
+    the path (the file, else ``where``: a failed write names no file), not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in FULL_ERRNOS:
+            raise
+        path = os.fsdecode(exc.filename) if exc.filename else os.fspath(where)
+        what = "the disk quota is exceeded" if exc.errno == errno.EDQUOT else "the disk is full"
+        raise StoreError(
+            f"{what} writing {path}; nothing was launched",
+            code="disk-full",
+            hint=f"free space on the disk holding {where} (`df -h` shows it), or set"
+            " AIR_HOME to a folder on another disk, then retry",
+            path=path,
+        ) from exc

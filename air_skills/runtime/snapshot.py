@@ -51,6 +51,7 @@ from air_skills.runtime.snapshot_store import (
     code_root,
     hash_file,
     read_blob,
+    store_lock,
 )
 
 __all__ = [
@@ -82,6 +83,7 @@ class Snapshot:
     files_read: int = 0  # files whose content was read (not answered by the stat cache)
     stored: bool = True
     notes: list[str] = field(default_factory=list)
+    rerun_of: str | None = None  # the job whose stored snapshot this is (``air rerun``)
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
@@ -181,6 +183,13 @@ def _exclusions(root: Path, exclude: list[Path]) -> list[str]:
 def take_snapshot(home: Path, workdir: str | os.PathLike[str], store: bool = True) -> Snapshot:
     """Snapshot the tree of ``workdir`` (see the module docstring). AIR_HOME is never in it."""
     home = Path(home)
+    if not store:
+        return _take(home, workdir, store)
+    with store_lock(home, shared=True):
+        return _take(home, workdir, store)
+
+
+def _take(home: Path, workdir: str | os.PathLike[str], store: bool) -> Snapshot:
     workdir_path = Path(os.path.realpath(workdir))
     listing = list_files(workdir_path, frozenset({os.path.realpath(home)}))
     root = listing.root
@@ -247,6 +256,8 @@ def take_snapshot(home: Path, workdir: str | os.PathLike[str], store: bool = Tru
 def _write_manifest(home: Path, digest: str, manifest: dict[str, Any]) -> None:
     path = manifest_path(home, digest)
     if path.exists():
+        # A fresh mtime keeps it from `air gc` until its job is in the store (code_gc.GRACE_S).
+        os.utime(path)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -16,7 +16,8 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,16 @@ def build_view(
         if rel not in overrides:
             os.symlink(target, dest / rel)
     return method or "copy"
+
+
+@contextmanager
+def store_lock(home: Path, shared: bool) -> Iterator[None]:
+    """A lock on the store: snapshots take it shared, ``air gc`` exclusive, so a collection
+    never removes a blob that a snapshot being taken has just found stored."""
+    code_root(home).mkdir(parents=True, exist_ok=True)
+    fd = os.open(code_root(home) / "gc.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

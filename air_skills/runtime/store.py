@@ -14,6 +14,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_folder_record, write_job_env
@@ -49,15 +50,18 @@ class Store(PoolStore):
         c: sqlite3.Connection | None = None,
         *,
         project: str,
+        jdir: Path | None = None,
     ) -> tuple[str, bool]:
         """Record a new QUEUED job; with an idempotency key already used, return that job.
 
         ``spec``: the validated JobSpec as JSON data (``spec.model_dump(mode="json")``);
-        ``project``: its resolved project. Returns (job_id, created).
+        ``project``: its resolved project; ``jdir``: the job's folder as it is now (a launch
+        builds it under a temporary name, renamed before the commit). Returns (job_id, created).
         """
         now = time.time()
         key = spec.get("idempotency_key")
-        spec = self._keep_env_names(spec, job_id)
+        folder = jdir or job_dir(self.home, job_id)
+        spec = self._keep_env_names(spec, folder)
         with self._maybe_tx(c) as c:
             if key:
                 row = c.execute(
@@ -94,7 +98,7 @@ class Store(PoolStore):
             )
             self._event(c, job_id, "queued", "job queued")
         write_folder_record(
-            job_dir(self.home, job_id),
+            folder,
             {
                 "spec": spec,
                 "name": name,
@@ -107,12 +111,11 @@ class Store(PoolStore):
         )
         return job_id, True
 
-    def _keep_env_names(self, spec: Mapping[str, Any], job_id: str) -> Mapping[str, Any]:
+    def _keep_env_names(self, spec: Mapping[str, Any], jdir: Path) -> Mapping[str, Any]:
         """The spec to store: its ``env`` values (API keys) go to the job's folder, owner-only,
         and are deleted when it ends; the record keeps only the names.
         """
         env = spec.get("env")
-        jdir = job_dir(self.home, job_id)
         if not env or not any(env.values()):
             return spec
         if not jdir.is_dir():

@@ -21,6 +21,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def ray_bin_path(bindir: str) -> str:
+    ray_bin = os.path.join(bindir, "ray")
+    return ray_bin if os.path.exists(ray_bin) else "ray"
+
+
+def ray_env(bindir: str, extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment without AIR's, MLflow's or another cluster's address."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIR_", "MLFLOW_", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"))
+    }
+    env.update(
+        {
+            "PATH": bindir + os.pathsep + env.get("PATH", ""),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+            **extra,
+        }
+    )
+    return env
+
+
 class LocalRayHead:
     """A single-node Ray head with fake GPUs, its dashboard on 127.0.0.1, on free ports.
 
@@ -42,33 +65,21 @@ class LocalRayHead:
         self.proc: subprocess.Popen[bytes] | None = None
         self.temp_dir: str | None = None
         self.address = ""
+        self.gcs_port = 0
 
     def start(self, timeout_s: float = 120.0) -> str:
         """Start the head and wait until its Jobs API answers; returns the dashboard URL."""
         self.temp_dir = tempfile.mkdtemp(prefix="airray-", dir="/tmp")  # short: socket paths
+        self.gcs_port = free_port()
         dash = free_port()
         bindir = os.path.dirname(sys.executable)
-        ray_bin = os.path.join(bindir, "ray")
-        if not os.path.exists(ray_bin):
-            ray_bin = "ray"
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("AIR_", "MLFLOW_", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"))
-        }
-        env.update(
-            {
-                "PATH": bindir + os.pathsep + env.get("PATH", ""),
-                "RAY_USAGE_STATS_ENABLED": "0",
-                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
-                **self.extra_env,
-            }
-        )
+        ray_bin = ray_bin_path(bindir)
+        env = ray_env(bindir, self.extra_env)
         argv = [
             ray_bin, "start", "--head", "--block", "--disable-usage-stats",
             "--node-ip-address", "127.0.0.1",
             "--num-gpus", str(self.num_gpus), "--num-cpus", str(self.num_cpus),
-            "--port", str(free_port()),
+            "--port", str(self.gcs_port),
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
             "--ray-client-server-port", str(free_port()),
             "--dashboard-agent-listen-port", str(free_port()),

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from autoresearch.code_base import patch_digest
 from autoresearch.journal import Trial
 from autoresearch.space import check_diff, config_key
 from autoresearch.study_schema import Study
@@ -30,16 +31,26 @@ class ProposalRequest:
     budget_left: dict[str, Any] = field(default_factory=dict)
     llm_usd_left: float | None = None
     purpose: str = "propose"  # propose | suggest
+    code: Any = None  # a code study's CodeBase: proposals may carry patches
+    pending_code: tuple[str, ...] = ()  # the patch digests of ``pending``, in order
 
     def taken(self) -> dict[str, str]:
-        """Config keys already used, each with a label saying where."""
-        out = {config_key(self.study, t.config): f"trial {t.number}" for t in self.trials}
-        for i, diff in enumerate(self.pending, 1):
+        """Trial keys (config and code) already used, each with a label saying where."""
+        out = {
+            trial_key(self.study, t.config, patch_digest(t.patch, t.parent)): f"trial {t.number}"
+            for t in self.trials
+            if t.source != "confirm"
+        }
+        codes = self.pending_code or ("",) * len(self.pending)
+        for i, (diff, code) in enumerate(zip(self.pending, codes, strict=False), 1):
             out.setdefault(
-                config_key(self.study, self.study.config_for(diff)),
+                trial_key(self.study, self.study.config_for(diff), code),
                 f"proposal {i} of this batch",
             )
         return out
+
+    def history(self) -> dict[int, Trial]:
+        return {t.number: t for t in self.trials}
 
 
 @dataclass
@@ -47,6 +58,44 @@ class Proposal:
     diff: dict[str, Any]
     rationale: str = ""
     source: str = ""
+    patch: str | None = None  # a unified diff against the parent's code (code studies)
+    parent: int | None = None  # the trial whose code the patch builds on (None: the base)
+    patch_summary: dict[str, Any] | None = None
+
+    @property
+    def code_key(self) -> str:
+        return patch_digest(self.patch, self.parent)
+
+
+def trial_key(study: Study, config: dict[str, Any], code: str) -> str:
+    """What makes two trials the same: their search-space values, and their code."""
+    key = config_key(study, config)
+    return f"{key}|{code}" if code else key
+
+
+def check_proposal(
+    request: ProposalRequest, p: Proposal, taken: dict[str, str]
+) -> tuple[Proposal | None, list[str]]:
+    """(the proposal normalised, or None; problems): its diff, its patch, no duplicate."""
+    diff, problems = check_diff(request.study, p.diff, {})
+    if diff is None:
+        return None, problems
+    patch, parent, summary = None, None, None
+    if p.patch is not None or p.parent is not None:
+        if request.code is None:
+            return None, ["this study has no `code` section: propose config diffs only"]
+        from autoresearch.code_check import check_patch
+
+        checked = check_patch(request.code, request.history(), p.patch, p.parent)
+        if checked.problems:
+            return None, checked.problems
+        patch, parent, summary = checked.patch, checked.parent, checked.summary
+    out = replace(p, diff=diff, patch=patch, parent=parent, patch_summary=summary)
+    key = trial_key(request.study, request.study.config_for(diff), out.code_key)
+    if key in taken:
+        return None, [f"duplicate of {taken[key]}: {json.dumps(diff, sort_keys=True)}"
+                      + (" with the same patch" if out.patch else "")]  # fmt: skip
+    return out, []
 
 
 @dataclass
@@ -81,8 +130,9 @@ def suggest(proposer: Proposer, request: ProposalRequest) -> ProposalResult:
     for p in result.proposals:
         if len(valid) >= request.n:
             break
-        diff, problems = check_diff(request.study, p.diff, taken)
-        if diff is None:
+        checked, problems = check_proposal(request, p, taken)
+        if checked is None:
+            refused = {"patch": p.patch, "parent": p.parent} if p.patch or p.parent else {}
             events.append(
                 (
                     "invalid_proposal",
@@ -92,14 +142,15 @@ def suggest(proposer: Proposer, request: ProposalRequest) -> ProposalResult:
                         "problems": problems,
                         "rationale": p.rationale,
                         "replaced_by": "fallback",
+                        **refused,
                     },
                 )
             )
             continue
-        taken[config_key(request.study, request.study.config_for(diff))] = (
+        taken[trial_key(request.study, request.study.config_for(checked.diff), checked.code_key)] = (
             f"proposal {len(request.pending) + len(valid) + 1} of this batch"
         )
-        valid.append(replace(p, diff=diff, source=p.source or proposer.name))
+        valid.append(replace(checked, source=p.source or proposer.name))
     missing = request.n - len(valid)
     fallback = proposer.fallback
     if missing > 0 and fallback is not None and result.stop_reason is None:
@@ -107,6 +158,8 @@ def suggest(proposer: Proposer, request: ProposalRequest) -> ProposalResult:
             request,
             n=missing,
             pending=request.pending + tuple(p.diff for p in valid),
+            pending_code=(request.pending_code or ("",) * len(request.pending))
+            + tuple(p.code_key for p in valid),
         )
         filled = suggest(fallback, sub)
         events += filled.events

@@ -22,7 +22,9 @@ from autoresearch.proposers.base import (
     ProposalRequest,
     ProposalResult,
     Proposer,
+    check_proposal,
     short_json,
+    trial_key,
 )
 from autoresearch.proposers.llm_prompt import render_prompts, replace_n, tool_schema
 from autoresearch.proposers.llm_wire import (
@@ -35,7 +37,6 @@ from autoresearch.proposers.llm_wire import (
 )
 from autoresearch.proposers.random_search import RandomProposer
 from autoresearch.proposers.tpe import TpeProposer
-from autoresearch.space import check_diff, config_key
 from autoresearch.study_schema import LlmProposerConfig
 
 CHARS_PER_TOKEN = 3.5  # a conservative estimate for the pre-call budget check
@@ -122,7 +123,7 @@ class LLMProposer(Proposer):
 
     def propose(self, request: ProposalRequest) -> ProposalResult:
         system, user = render_prompts(request)
-        tool = tool_schema(request.study, request.n)
+        tool = tool_schema(request.study, request.n, code=request.code is not None)
         events: list[tuple[str, dict[str, Any]]] = []
         left = request.llm_usd_left
         if left is not None and self.estimate_usd(len(system) + len(user), request.n) > left:
@@ -148,7 +149,9 @@ class LLMProposer(Proposer):
             )
         problems_text = (
             "\n".join(
-                f"- {short_json(p.get('diff'), 160) if p.get('diff') is not None else 'reply'}: "
+                f"- {short_json(p.get('diff'), 160) if p.get('diff') is not None else 'reply'}"
+                + (" with its patch" if p.get("patch") else "")
+                + ": "
                 + "; ".join(p["problems"])
                 for p in problems
             )
@@ -211,7 +214,7 @@ class LLMProposer(Proposer):
             ]
         taken = request.taken()
         for i, p in enumerate(already, len(request.pending) + 1):
-            key = config_key(request.study, request.study.config_for(p.diff))
+            key = trial_key(request.study, request.study.config_for(p.diff), p.code_key)
             taken[key] = f"proposal {i} of this batch"
         out: list[Proposal] = []
         problems: list[dict[str, Any]] = []
@@ -223,14 +226,26 @@ class LLMProposer(Proposer):
                 continue
             rationale = item.get("rationale")
             rationale = rationale if isinstance(rationale, str) else ""
-            diff, found = check_diff(request.study, item["diff"], taken)
-            if diff is None:
-                problems.append({"diff": item["diff"], "problems": found, "rationale": rationale})
+            asked = Proposal(
+                diff=item["diff"],
+                rationale=rationale.strip(),
+                source=self.name,
+                patch=item.get("patch") or None,
+                parent=item.get("parent"),
+            )
+            checked, found = check_proposal(request, asked, taken)
+            if checked is None:
+                refused = {"patch": asked.patch, "parent": asked.parent}
+                problems.append(
+                    {"diff": item["diff"], "problems": found, "rationale": rationale}
+                    | ({k: v for k, v in refused.items() if v is not None})
+                )
                 continue
-            taken[config_key(request.study, request.study.config_for(diff))] = (
+            key = trial_key(request.study, request.study.config_for(checked.diff), checked.code_key)
+            taken[key] = (
                 f"proposal {len(request.pending) + len(already) + len(out) + 1} of this batch"
             )
-            out.append(Proposal(diff=diff, rationale=rationale.strip(), source=self.name))
+            out.append(checked)
         return out, problems
 
     def _client(self) -> Any:

@@ -11,6 +11,7 @@ import prompts
 from air_skills.vocabulary import better
 from autoresearch.journal import Trial, TrialStatus
 from autoresearch.proposers.base import ProposalRequest, short_json
+from autoresearch.proposers.code_prompt import code_section, patch_note
 from autoresearch.study_schema import FloatParam, IntParam, Study
 
 TOOL_NAME = "propose_trials"
@@ -18,6 +19,16 @@ TOOL_DESCRIPTION = (
     "Submit the next trials to run, each as a diff from the base config with a short rationale."
 )
 MAX_HISTORY_ROWS = 80
+CODE_PROPERTIES = {
+    "patch": {
+        "type": "string",
+        "description": "a unified diff of editable files (git diff form); omit for config only",
+    },
+    "parent": {
+        "type": "integer",
+        "description": "the trial whose code the patch applies to; omit for the base code",
+    },
+}
 
 
 def _num(value: Any) -> str:
@@ -67,9 +78,10 @@ def history_table(request: ProposalRequest) -> str:
         trials = [t for t in trials if t.number in keep]
     metric = study.objective.metric
     curve_name = study.objective.curve_metric
+    code = "code | " if study.code is not None else ""
     rows = [
-        f"| # | diff from base | status | {metric} | {curve_name} curve (value@step) | note |",
-        "|---|---|---|---|---|---|",
+        f"| # | diff from base | {code}status | {metric} | {curve_name} curve (value@step) | note |",
+        "|---|---|---|---|---|---|" + ("---|" if code else ""),
     ]
     for t in trials:
         mark = "*" if t.number == request.best_trial else ""
@@ -78,12 +90,15 @@ def history_table(request: ProposalRequest) -> str:
         note = []
         if t.source == "noise":
             note.append("noise repeat of the base config")
+        if t.source == "confirm":
+            note.append(f"confirmation run of #{t.confirms}")
         if t.decision in ("keep", "discard"):
             note.append(t.decision)
         if t.failure:
             note.append(t.failure[:140].replace("|", "/").replace("\n", " "))
+        patch = f"{patch_note(t) or '-'} | " if code else ""
         rows.append(
-            f"| {t.number}{mark} | {diff} | {t.status.value} | {value} | "
+            f"| {t.number}{mark} | {diff} | {patch}{t.status.value} | {value} | "
             f"{curve_summary(t.curve)} | {'; '.join(note)} |"
         )
     if omitted:
@@ -130,11 +145,12 @@ def render_prompts(request: ProposalRequest) -> tuple[str, str]:
         n_trials=len(request.trials),
         history=history_table(request),
         n=request.n,
+        code=code_section(request.code, request.trials, request.best_trial),
     )
     return system, user
 
 
-def tool_schema(study: Study, n: int) -> dict[str, Any]:
+def tool_schema(study: Study, n: int, code: bool = False) -> dict[str, Any]:
     props: dict[str, Any] = {}
     for key, p in study.search_space.items():
         if isinstance(p, FloatParam):
@@ -159,6 +175,7 @@ def tool_schema(study: Study, n: int) -> dict[str, Any]:
                             "additionalProperties": False,
                         },
                         "rationale": {"type": "string"},
+                        **(CODE_PROPERTIES if code else {}),
                     },
                     "required": ["diff", "rationale"],
                 },

@@ -93,6 +93,9 @@ def launch_job(
         str | None,
         Field(max_length=4_000_000, description="a git diff applied to the job's snapshot only"),
     ] = None,
+    image: Annotated[
+        str | None, Field(max_length=255, description="container image to run in (podman/docker)")
+    ] = None,
     advanced: Annotated[
         AdvancedLaunch | None, Field(description="data, backend, nodes, project, preemptible")
     ] = None,
@@ -126,6 +129,7 @@ def launch_job(
         "track": track,
         "code": code,
         "patch": patch,
+        "image": image,
         **extra,
     }
     spec = {k: v for k, v in given.items() if v is not None}

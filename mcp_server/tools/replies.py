@@ -15,6 +15,7 @@ from mcp_server.wording import mcp_wording
 
 FAILED_TAIL_LINES = 12
 FAILED_TAIL_CHARS = 1_000
+SHORT_ID = 12
 # autoresearch cancels a pruned trial's job with this reason (autoresearch/watch.py): the job
 # is CANCELLED in the store, and shown as PRUNED, as the study itself calls it.
 PRUNED_MARK = "pruned by the median rule"
@@ -59,6 +60,10 @@ def job_reply(client: Client, info: JobInfo, score: dict[str, Any] | None = None
     fields = info.model_dump()
     fields["message"] = mcp_wording(info.message)
     fields["status"] = shown_status(info)
+    if fields.get("code"):  # short ids, as `git log --oneline` shows them: enough to tell apart
+        code = fields["code"]
+        code["digest"] = code["digest"][:SHORT_ID]
+        code["commit"] = code["commit"][:SHORT_ID] if code.get("commit") else None
     return JobReply(
         **fields, log_tail=tail, config=job_config(client, info.job_id), score=to_score(score)
     )

@@ -255,7 +255,6 @@ def test_exit_codes_come_back_and_a_missing_command_is_told_apart(
     assert _containers() == []
 
 
-@pytest.mark.slow
 def test_cancel_stops_and_removes_the_container(podman: str, client: Client) -> None:
     info = client.launch(_spec(["sleep", "300"], podman))
     name = container.container_name(info.job_id)
@@ -267,7 +266,6 @@ def test_cancel_stops_and_removes_the_container(podman: str, client: Client) -> 
     assert name not in _containers()
 
 
-@pytest.mark.slow
 def test_a_supervisor_killed_with_sigkill_leaves_no_container(podman: str, client: Client) -> None:
     info = client.launch(_spec(["sleep", "300"], podman))
     name = container.container_name(info.job_id)
@@ -284,7 +282,7 @@ def test_an_unknown_image_is_refused_at_launch(podman: str, client: Client, air_
     with pytest.raises(InvalidInput) as err:
         client.launch(_spec(["true"], "localhost/air-no-such-image:0"))
     assert err.value.code == "image-unknown" and err.value.exit_code == 2
-    assert client.list() == []
+    assert client.list().items == []
     done = subprocess.run(
         ["air", "launch", "--image", "localhost/air-no-such-image:0", "--", "true"],
         capture_output=True,

@@ -4,58 +4,22 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from snapshot_repo import PATCH, TRAIN, finished, git, launch, make_repo
 
-from air_skills import Client, JobInfo
+from air_skills import Client
 from air_skills.errors import AirError
 
 PY = sys.executable
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
-# Waits for a marker file before importing model.py: the test edits the tree first, no race.
-TRAIN = """\
-import os, sys, time
-while not os.path.exists(sys.argv[1]):
-    time.sleep(0.02)
-import model
-print("model says", model.VALUE, "digest", os.environ.get("AIR_CODE_DIGEST", "none"))
-"""
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
-    return done.stdout
-
-
-def make_repo(path: Path) -> Path:
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.email", "t@example.com")
-    git(path, "config", "user.name", "t")
-    (path / "train.py").write_text(TRAIN)
-    (path / "model.py").write_text("VALUE = 1\n")
-    git(path, "add", ".")
-    git(path, "commit", "-qm", "init")
-    return path
-
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "repo")
-
-
-def launch(client: Client, repo: Path, marker: Path, **kw: object) -> JobInfo:
-    spec = {"command": [PY, "train.py", str(marker)], "workdir": str(repo), "track": False}
-    return client.launch({**spec, **kw})
-
-
-def finished(client: Client, job_id: str) -> JobInfo:
-    return wait_until(lambda: (i := client.get(job_id)).is_terminal and i, timeout_s=60)
 
 
 def test_an_edit_after_launch_does_not_reach_the_job(client: Client, repo: Path) -> None:
@@ -116,15 +80,6 @@ def test_dirty_tree_records_its_diff_and_mlflow_tags(client: Client, repo: Path)
     assert "-VALUE = 1" in diff and "+VALUE = 3" in diff
     finished(client, info.job_id)
     assert "model says 3" in client.logs(info.job_id).text
-
-
-PATCH = """diff --git a/model.py b/model.py
---- a/model.py
-+++ b/model.py
-@@ -1 +1 @@
--VALUE = 1
-+VALUE = 42
-"""
 
 
 def test_patch_runs_patched_code_and_leaves_the_tree(client: Client, repo: Path) -> None:

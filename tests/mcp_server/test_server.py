@@ -237,7 +237,7 @@ async def test_replies_are_compact(tracked: str, server, client: Client) -> None
             )
         running = await call(mcp, "get_job", job_id=blocker["job_id"])
         assert running.structured_content["run_id"]  # tracked: run and experiment ids included
-        assert reply_size(running) <= 1_000, running.model_dump_json(by_alias=True, exclude_none=True)
+        assert reply_size(running) <= 1_000, reply_size(running)
         page = await call(mcp, "list_jobs", limit=50)
         assert len(page.structured_content["items"]) == 50
         assert page.structured_content["next_cursor"]

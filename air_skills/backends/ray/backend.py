@@ -28,6 +28,7 @@ from typing import Any
 
 from air_skills.backends.base import already_finished
 from air_skills.backends.info import row_to_info
+from air_skills.backends.ray import gangs
 from air_skills.backends.ray import reconcile as reconciling
 from air_skills.backends.ray.cluster import ClusterView, cluster_view, num
 from air_skills.backends.ray.logs import sync_logs
@@ -47,10 +48,10 @@ from air_skills.errors import BackendUnavailable, InsufficientGpus, InvalidSpec
 from air_skills.models import JobInfo, JobSpec
 from air_skills.runtime.prepare import (
     LaunchContext,
-    discard_prepared,
     find_by_idempotency_key,
     job_name,
     prepare_job,
+    recording,
 )
 from air_skills.status import JobStatus
 
@@ -116,20 +117,22 @@ class RayBackend:
             tags={**spec.tags, "air.backend": "ray"},
         )
         job_id = job.job_id
-        job.log_path.touch()
+        (job.jdir / "output.log").touch()  # renamed into place with its folder, see recording
         note = f" ({job.tracking_note})" if job.tracking_note else ""
-        got, created = store.queue(
-            spec.model_dump(mode="json"),
-            job_id,
-            str(job.log_path),
-            job.name,
-            job.run_id,
-            job.experiment_id,
-            f"QUEUED: submitting to the Ray cluster at {dashboard}{note}",
-            project=spec.resolved_project(),
-        )
-        if not created:  # a concurrent caller with the same idempotency key won
-            discard_prepared(rt, job)
+        with recording(rt, job) as c:
+            got, created = store.queue(
+                spec.model_dump(mode="json"),
+                job_id,
+                str(job.log_path),
+                job.name,
+                job.run_id,
+                job.experiment_id,
+                f"QUEUED: submitting to the Ray cluster at {dashboard}{note}",
+                c=c,
+                project=spec.resolved_project(),
+                jdir=job.jdir,
+            )
+        if not created:  # a concurrent caller with the same idempotency key won: discarded
             self.reconcile()
             return row_to_info(reread(store, got))
         row = reread(store, job_id)
@@ -143,6 +146,7 @@ class RayBackend:
         """Refuse, before anything is created, a job that this cluster cannot run."""
         problems: list[str] = []
         cpus = spec.cpus or 1
+        gangs.check_fit(spec, cluster)  # nodes > 1: enough separate nodes with the GPUs
         if cluster.known:
             override = self.runtime.store.setting("ray_max_node_gpus")
             node_gpus = float(override) if override else cluster.largest_node("GPU")

@@ -20,10 +20,9 @@ import sys
 import time
 from typing import Any
 
+from air_skills.backends.ray.gangs import NODE_DIED, NOT_PLACED
 from air_skills.runtime import gang, proc
 
-NODE_DIED = "[air] node died:"
-NOT_PLACED = "[air] not placed:"
 EXIT_NODE_DIED = 75  # EX_TEMPFAIL: the reconciler makes it infra by the NODE_DIED line
 EXIT_NOT_PLACED = 75
 
@@ -35,10 +34,10 @@ class NodeRank:
         self.child: subprocess.Popen[bytes] | None = None
         proc.become_subreaper()
 
-    def ip(self) -> str:
+    def node_id(self) -> str:
         import ray
 
-        return str(ray.util.get_node_ip_address())
+        return str(ray.get_runtime_context().get_node_id())
 
     def free_port(self) -> int:
         """A port free on this node now, for torchrun's rendezvous store on node 0."""
@@ -121,7 +120,9 @@ def main() -> int:
         ).remote()
         for i in range(n)
     ]
-    ips = ray.get([a.ip.remote() for a in actors])
+    # The address each node registered with Ray (what its peers reach it by).
+    address = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    ips = [address[node] for node in ray.get([a.node_id.remote() for a in actors])]
     port = ray.get(actors[0].free_port.remote())
     common = {"AIR_NUM_NODES": str(n), "AIR_NODE_IPS": ",".join(ips), **gang.gang_env()}
     runs = {

@@ -8,20 +8,23 @@ job's GPUs. Several nodes: gang_driver.py is, and it places one torchrun per nod
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 from air_skills import settings
 from air_skills.backends.ray.cluster import ClusterView, num
-from air_skills.backends.ray.gang_driver import NODE_DIED, NOT_PLACED
 from air_skills.backends.ray.packaging import entrypoint
 from air_skills.errors import InsufficientGpus
 from air_skills.models import JobSpec
 from air_skills.runtime import gang, nccl
 from air_skills.runtime.outcomes import InfraFailure
 from air_skills.runtime.summary_block import read_tail
+
+# Lines the gang's driver (gang_driver.py) writes to the log; read back by log_infra.
+NODE_DIED = "[air] node died:"
+NOT_PLACED = "[air] not placed:"
+# The driver's own environment: every line of every rank, with no colour codes.
+DRIVER_ENV = {"RAY_DEDUP_LOGS": "0", "RAY_COLOR_PREFIX": "0"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ def entry(spec: JobSpec, folder: str) -> Entry:
     python = spec.command[0] if gang.is_python(spec.command[0]) else sys.executable
     driver = [python, "-m", "air_skills.backends.ray.gang_driver"]
     # The driver only waits: the bundles hold the nodes' CPUs and GPUs.
-    return Entry(entrypoint(driver), None, 0, {"AIR_GANG_PLAN": json.dumps(plan)})
+    return Entry(entrypoint(driver), None, 0, {"AIR_GANG_PLAN": json.dumps(plan), **DRIVER_ENV})
 
 
 def check_fit(spec: JobSpec, cluster: ClusterView) -> None:
@@ -105,11 +108,8 @@ def log_infra(log_path: str, nodes: int) -> tuple[InfraFailure, bool] | None:
     return None
 
 
-def describe_entry(e: Entry) -> str:
-    """For messages and tests: the argv that the entrypoint execs."""
-    return shlex.split(e.entrypoint.rpartition("exec ")[2])[0] if e.entrypoint else ""
-
-
-def plan_of(env: dict[str, Any]) -> dict[str, Any] | None:
-    raw = env.get("AIR_GANG_PLAN")
-    return json.loads(raw) if raw else None
+def rank_failure(log_path: str, exit_code: int, spec: JobSpec) -> gang.Failure:
+    """For a failed gang: the rank that failed first, its code and last error line."""
+    if exit_code == 0 or not gang.is_gang(spec.model_dump(mode="json")):
+        return gang.Failure(exit_code)
+    return gang.read_failure(log_path, exit_code, gang=True)

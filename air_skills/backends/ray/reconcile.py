@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from air_skills.backends.ray import gangs
 from air_skills.backends.ray.cluster import ClusterView, cluster_view
 from air_skills.backends.ray.logs import sync_logs
 from air_skills.backends.ray.packaging import upload
@@ -196,13 +197,38 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
     if exit_code is None and error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR"):
         m = re.search(r"exit code (-?\d+)", job.message or "")
         exit_code = int(m.group(1)) if m else None
-    if error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR") and exit_code is not None:
+    seen = gangs.log_infra(row["log_path"], spec.nodes) if exit_code not in (None, 0) else None
+    if error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR") and seen is not None:
+        # A dead node or a collective's failure (NCCL), said in the log: not the user's code.
+        infra, placeable = seen
+        view = None
+        if spec.nodes > 1:
+            with contextlib.suppress(AirError):
+                view = cluster_view(ray)
+        if view is not None and view.known:
+            try:
+                gangs.check_fit(spec, view)
+            except AirError as exc:  # the cluster lost the nodes: a retry would wait forever
+                placeable = False
+                infra = replace(infra, what=f"{infra.what}; now {exc.message}")
         end = AttemptEnd(
             job_id,
             exit_code=exit_code,
+            infra=infra,
+            infra_retries=row["infra_retries"],
+            max_infra_retries=None if placeable else 0,
+        )
+        return _record(rt, ray, row, spec, classify(end))
+    if error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR") and exit_code is not None:
+        failed = gangs.rank_failure(row["log_path"], exit_code, spec)  # a gang: which rank
+        end = AttemptEnd(
+            job_id,
+            exit_code=failed.exit_code if failed.rank is not None else exit_code,
             user_retries=row["user_retries"],
             max_retries=spec.max_retries,
             runner=f"Ray job {sid}",
+            rank=failed.rank,
+            rank_error=failed.error_line,
         )
         outcome = classify(end)
         if exit_code == 127:  # on Ray, the likeliest cause: the program is not on the node

@@ -7,13 +7,15 @@ import json
 import sqlite3
 from typing import Any
 
+from air_skills.backends.images import ray_image
+from air_skills.backends.ray import gangs
 from air_skills.backends.ray.cluster import ClusterView, num
-from air_skills.backends.ray.packaging import entrypoint
 from air_skills.backends.ray.sdk import call, short
 from air_skills.backends.ray.settle import finish
 from air_skills.errors import BackendUnavailable
 from air_skills.home import read_job_env
 from air_skills.models import JobSpec
+from air_skills.runtime import gang
 from air_skills.runtime.launch_env import thread_caps, user_env
 from air_skills.runtime.prepare import LaunchContext
 from air_skills.status import JobStatus
@@ -75,18 +77,21 @@ def submit(
     """Submit one attempt (the caller holds the job's lock and has recorded ``sid``)."""
     job_id = row["job_id"]
     attempt = row["attempts"] + 1
-    env, _ = job_env(rt, row, spec, cluster, attempt)
-    cpus = spec.cpus or 1
+    env, folder = job_env(rt, row, spec, cluster, attempt)
+    run = gangs.entry(spec, folder)  # the command itself, or torchrun, or the gang's driver
+    env.update(run.env)
+    if gang.is_gang(spec.model_dump(mode="json")):  # each rank's share of the job's CPUs
+        env.update(thread_caps(max(1, (spec.cpus or 1) // gangs.procs(spec))))
     dashboard = ray.get_address()
     try:
         call(
             ray,
             "submit_job",
-            entrypoint=entrypoint(spec.command),
+            entrypoint=run.entrypoint,
             submission_id=sid,
-            runtime_env={**runtime_env, "env_vars": env},
-            entrypoint_num_gpus=spec.gpus or None,
-            entrypoint_num_cpus=cpus,
+            runtime_env={**runtime_env, **ray_image(spec), "env_vars": env},
+            entrypoint_num_gpus=run.num_gpus,
+            entrypoint_num_cpus=run.num_cpus,
             metadata={"air_job_id": job_id, "air_name": row["name"][:100]},
         )
     except BackendUnavailable as exc:

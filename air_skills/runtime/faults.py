@@ -1,0 +1,17 @@
+"""Fault injection for tests: a launcher kills itself (SIGKILL) at a named step."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from air_skills import settings
+
+
+def crash_point(step: str) -> None:
+    """Die as a kill -9 would, if ``AIR_TEST_CRASH_AT`` names ``step`` (tests set it; unset,
+    this does nothing). Steps of a launch, in order: ``prepare:intent``, ``prepare:folder``,
+    ``prepare:run-made`` (its id not yet noted), ``prepare:run``, ``launch:locked``,
+    ``launch:placed`` (renamed, not committed), ``launch:committed``."""
+    if settings.get("AIR_TEST_CRASH_AT") == step:
+        os.kill(os.getpid(), signal.SIGKILL)

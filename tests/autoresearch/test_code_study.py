@@ -1,0 +1,110 @@
+"""Real code studies: real processes run scripted patches on the study's base snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from code_tree import MODEL, TRAIN, PatchProposer, code_study, make_tree, patch_of, scale_patch
+
+from autoresearch.journal import Journal, TrialStatus, replay
+from autoresearch.loop import StudyLoop
+from autoresearch.study import check_runnable, parse_study
+
+POLL_S = 0.2
+
+
+def run(study: dict[str, Any], folder: Path, items: list[dict[str, Any]]) -> Any:
+    parsed = check_runnable(parse_study(study))
+    return StudyLoop(parsed, folder, proposer=PatchProposer(items), poll_s=POLL_S).run()
+
+
+def events(folder: Path, kind: str) -> list[dict[str, Any]]:
+    return [e for e in Journal(folder).read() if e["event"] == kind]
+
+
+@pytest.mark.slow
+def test_patches_run_on_the_base_tampering_never_counts(study_home: Path, tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "tree")
+    study = code_study(
+        tree,
+        base_config={"x": 0.0, "tamper": False},
+        search_space={
+            "x": {"type": "float", "low": 0.0, "high": 1.0},
+            "tamper": {"type": "choice", "values": [False, True]},
+        },
+        budget={"trials": 4, "concurrency": 1},
+    )
+    items = [
+        {"patch": scale_patch(0.5), "why": "halve the scale"},
+        {"diff": {"tamper": True}, "patch": scale_patch(0.1), "why": "writes the evaluator"},
+        {"patch": scale_patch(0.25, old=0.5), "parent": 1, "why": "halve it again"},
+    ]
+    folder = tmp_path / "study"
+    result = run(study, folder, items)
+    assert result.stop_reason == "budget:trials"
+    st = replay(Journal(folder).read())
+    t = st.trials
+    assert [t[n].decision for n in range(4)] == ["baseline", "keep", "tampered", "keep"]
+    assert t[0].value == pytest.approx(1.0) and t[1].value == pytest.approx(0.5)
+    assert t[3].value == pytest.approx(0.25) and t[3].parent == 1
+    assert t[2].failure_kind == "tampered" and "evaluate.py" in t[2].failure
+    assert st.tampered == {2: ["evaluate.py"]} and st.best_trial == 3
+    # lineage in the journal: patch, parent, config, snapshot digest for every trial
+    assert t[1].patch == scale_patch(0.5) and t[1].patch_summary["files"] == {"model.py": [1, 1]}
+    assert all(t[n].code_digest for n in range(4))
+    (base,) = events(folder, "code_base")
+    assert base["protected"].keys() == {"evaluate.py"} and base["digest"] == st.code_base["digest"]
+    # the user's tree is never touched
+    assert (tree / "model.py").read_text() == MODEL and (tree / "train.py").read_text() == TRAIN
+    assert "loss: -100" not in (tree / "evaluate.py").read_text()
+    report = (folder / "report.md").read_text()
+    assert "## Lineage" in report and "SCALE = 0.25" in report
+
+
+@pytest.mark.slow
+def test_evaluator_and_confirmation_keep_only_what_survives(
+    study_home: Path, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "tree")
+    lucky = TRAIN.replace('ckpt = Path', 'loss -= 0.9 if cfg.get("seed", 0) == 0 else 0.0\nckpt = Path')
+    study = code_study(
+        tree,
+        base_config={"x": 0.0, "seed": 0},
+        evaluate="python evaluate.py",
+        noise={"repeats": 2, "confirm_seeds": 2, "confirm": "always"},
+        budget={"trials": 9, "concurrency": 3},
+    )
+    items = [
+        {"patch": patch_of("train.py", TRAIN, lucky), "why": "lucky on seed 0 only"},
+        {"patch": scale_patch(0.5), "why": "truly better"},
+    ]
+    folder = tmp_path / "study"
+    run(study, folder, items)
+    st = replay(Journal(folder).read())
+    by_why = {t.rationale: t for t in st.ordered()}
+    luck, good = by_why["lucky on seed 0 only"], by_why["truly better"]
+    # the evaluator's objective (loss + 0.5), not the trial's own
+    (fin,) = [e for e in events(folder, "finished") if e["trial"] == good.number]
+    assert fin["value"] == pytest.approx(1.0) and fin["reported"] == pytest.approx(0.5)
+    assert luck.value == pytest.approx(0.6)  # screened: it looks better than the base's 1.5
+    confirms = [t for t in st.ordered() if t.source == "confirm"]
+    assert sorted(c.confirms for c in confirms) == sorted([luck.number] * 2 + [good.number] * 2)
+    assert luck.decision == "discard" and good.decision == "keep"
+    assert good.confirmed["n"] == 3 and good.confirmed["paired"] == 2
+    assert good.confirmed["mean"] == pytest.approx(1.0) and st.best_trial == good.number
+    assert "±" in (folder / "report.md").read_text()
+
+
+def test_an_evaluator_that_prints_no_objective_fails_the_trial(
+    study_home: Path, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "tree")
+    (tree / "evaluate.py").write_text("print('no summary here')\n")
+    study = code_study(tree, evaluate="python evaluate.py", budget={"trials": 1})
+    folder = tmp_path / "study"
+    run(study, folder, [])
+    (t,) = replay(Journal(folder).read()).ordered()
+    assert t.status == TrialStatus.FAILED and t.failure_kind == "evaluator"
+    assert "printed no objective 'loss'" in t.failure
