@@ -219,6 +219,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
             "job_id": best.job_id,
             "run_id": best.run_id,
             "reason": best.rationale[:300] or best.source,
+            **best_code(study_dir, state),
         },
         "running": [
             {**_trial_brief(t), "steps": t.steps}
@@ -288,7 +289,8 @@ def suggest_trials(study_dir_or_file: str | Path | dict[str, Any], n: int = 1) -
             source = folder / STUDY_FILE
         study, state = load_study(source), StudyState()
     proposer = make_proposer(study.proposer)
-    result = suggest(proposer, build_request(study, state, n, purpose="suggest"))
+    code = _code_base(study, state)
+    result = suggest(proposer, build_request(study, state, n, purpose="suggest", code=code))
     if folder is not None and Journal(folder).exists():
         journal = Journal(folder)
         for kind, fields in result.events:
@@ -303,6 +305,11 @@ def suggest_trials(study_dir_or_file: str | Path | dict[str, Any], n: int = 1) -
                 "config": study.config_for(p.diff),
                 "rationale": p.rationale,
                 "source": p.source,
+                **(
+                    {"patch": p.patch, "parent": p.parent, "patch_summary": p.patch_summary}
+                    if p.patch or p.parent is not None
+                    else {}
+                ),
             }
             for p in result.proposals
         ],
@@ -314,6 +321,48 @@ def suggest_trials(study_dir_or_file: str | Path | dict[str, Any], n: int = 1) -
             if k in ("fallback", "invalid_proposal") or (k == "llm_call" and not f.get("ok"))
         ],
     }
+
+
+def _code_base(study: Study, state: StudyState) -> Any:
+    """The study's code base: the journaled one, or (no history yet) the tree as it is now."""
+    if study.code is None:
+        return None
+    from air_skills.home import default_home
+    from autoresearch.code_base import CodeBase
+
+    home = default_home()
+    if state.code_base is not None:
+        return CodeBase(home, state.code_base)
+    return CodeBase.take(home, check_runnable(study))
+
+
+def best_code(study_dir: Path, state: StudyState) -> dict[str, Any]:
+    """The best trial's patch in brief (files, +/- lines) and where its full text is."""
+    from autoresearch.code_check import chain_of
+    from autoresearch.code_diff import summarize
+
+    best = state.trials.get(state.best_trial) if state.best_trial is not None else None
+    if best is None or state.code_base is None:
+        return {}
+    chain = chain_of(state.trials, best.number)
+    summary = summarize("".join(chain)) if chain else None
+    return {
+        "parent": best.parent,
+        "patch_summary": summary,
+        "patch_resource": f"air://studies/{study_dir}/trials/{best.number}/patch"
+        if chain
+        else None,
+    }
+
+
+def trial_patch(study_dir: str | Path, trial: int) -> str:
+    """A trial's code as patches from the study's base (root first): the full text."""
+    from autoresearch.code_check import chain_of
+
+    _, state = load_state(study_folder(study_dir))
+    if trial not in state.trials:
+        raise NotFound(f"no trial {trial} in {study_dir}", hint="see get_study for the trials")
+    return "\n".join(chain_of(state.trials, trial))
 
 
 def stop_study(
@@ -363,4 +412,11 @@ def stop_study(
     return out
 
 
-__all__ = ["get_study", "start_study", "stop_study", "suggest_trials", "summarize"]
+__all__ = [
+    "get_study",
+    "start_study",
+    "stop_study",
+    "suggest_trials",
+    "summarize",
+    "trial_patch",
+]

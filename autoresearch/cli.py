@@ -239,6 +239,27 @@ def suggest(
         out.print(
             Text.assemble(json.dumps(s["diff"]), "  ", (s["source"], "dim"), "  ", s["rationale"])
         )
+        if s.get("patch"):
+            out.print(Text(s["patch"]))
+
+
+@app.command()
+@_guard
+def export(
+    study_dir: Path = typer.Argument(..., help="the study folder"),
+    branch: str = typer.Option(..., "--branch", help="the new branch to commit on"),
+    trial: int | None = typer.Option(None, "--trial", help="a trial number (default: the best)"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Commit the winner's code and config on a new branch (the current one is untouched)."""
+    from autoresearch.export import export_study
+
+    done = export_study(study_dir, branch, trial)
+    if as_json:
+        _print_json(done)
+        return
+    out.print(f"trial {done['trial']} -> branch {done['branch']} ({done['commit'][:12]})"
+              f" in {done['repo']}")  # fmt: skip
 
 
 # --- the demo ------------------------------------------------------------------------------

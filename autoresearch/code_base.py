@@ -49,7 +49,9 @@ class CodeBase:
         snap = take_snapshot(home, study.workdir)
         files = sorted(snap.manifest["files"])
         code = study.code
-        editable = [p for p in files if matches(code.editable, p) and not matches(code.protected, p)]
+        editable = [
+            p for p in files if matches(code.editable, p) and not matches(code.protected, p)
+        ]
         problems = [
             f"code.editable: {g!r} matches no file of the snapshot of {snap.root}"
             for g in code.editable

@@ -65,7 +65,8 @@ def check_patch(
     if patch is None or patch == "":
         return CheckedPatch(None, parent, [])
     if not isinstance(patch, str):
-        return CheckedPatch(None, parent, [f"patch must be a unified diff (text), not {type(patch).__name__}"])  # fmt: skip
+        kind = type(patch).__name__
+        return CheckedPatch(None, parent, [f"patch must be a unified diff (text), not {kind}"])
     limit = base.section.max_patch_kb * 1024
     if len(patch.encode()) > limit:
         return CheckedPatch(None, parent, [
@@ -95,7 +96,9 @@ def check_patch(
         try:
             compile(data, path, "exec", dont_inherit=True)
         except SyntaxError as exc:
-            problems.append(f"{path} does not compile after the patch: line {exc.lineno}: {exc.msg}")
+            problems.append(
+                f"{path} does not compile after the patch: line {exc.lineno}: {exc.msg}"
+            )
         except ValueError as exc:  # NUL bytes
             problems.append(f"{path} does not compile after the patch: {exc}")
     if problems:

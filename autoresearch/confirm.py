@@ -35,7 +35,8 @@ def seeds(study: Study) -> list[Any]:
     """The confirmation seeds: those of the baseline's noise repeats, 1..confirm_seeds on."""
     key = study.noise.seed_key
     start = study.base_config.get(key, 0)
-    return [(start + k if isinstance(start, int) else k) for k in range(1, study.noise.confirm_seeds + 1)]  # fmt: skip
+    count = study.noise.confirm_seeds
+    return [(start + k if isinstance(start, int) else k) for k in range(1, count + 1)]
 
 
 def runs(t: Trial, study: Study) -> list[tuple[dict[str, Any], str]]:

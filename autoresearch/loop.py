@@ -23,10 +23,10 @@ from air_skills.errors import AirError, InvalidSpec, InvalidState, NotFound
 from autoresearch import budgets
 from autoresearch.folder import LOOP_LOG, STOP_FILE, STUDY_FILE, LoopLock, take_stop_request
 from autoresearch.journal import HEARTBEAT_S, Journal, StudyState, Trial, TrialStatus, replay
+from autoresearch.launcher import TrialLauncher
 from autoresearch.mirror import StudyMirror
 from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
 from autoresearch.study import Study, dump_study, parse_study
-from autoresearch.launcher import TrialLauncher
 from autoresearch.trials import build_request, noise_repeat, trial_command
 from autoresearch.watch import STUDY_ENDING, TrialWatch
 

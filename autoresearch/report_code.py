@@ -68,7 +68,8 @@ def code_lines(study: Study, state: StudyState) -> list[str]:
         "## Code",
         "",
         f"- **Base snapshot:** `{base['digest'][:12]}` of `{base['root']}` ({where}"
-        + (", dirty" if base.get("dirty") else "") + ")",
+        + (", dirty" if base.get("dirty") else "")
+        + ")",
         f"- **Editable:** {', '.join(base.get('editable', []))}",
         f"- **Protected:** {', '.join(base.get('protected', {})) or '(none)'}",
     ]

@@ -246,7 +246,7 @@ class Study(_Strict):
     workdir: str = "."  # relative to the folder the loop starts in
     base_config: dict[str, Any] = Field(default_factory=dict)
     code: CodeSection | None = None  # code-level trials (patches); None: config-only
-    search_space: dict[str, Param] = Field(default_factory=dict)
+    search_space: dict[str, Param]  # may be left out (or empty) in a study with `code`
     objective: Objective
     budget: Budget = Field(default_factory=Budget)
     gpus_per_trial: int | None = Field(default=None, ge=0)  # None: 1 if the pool has GPUs, else 0
@@ -270,6 +270,13 @@ class Study(_Strict):
     @classmethod
     def _split_command(cls, value: Any) -> Any:
         return split_command(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _code_without_space(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("code") is not None and "search_space" not in data:
+            return {**data, "search_space": {}}
+        return data
 
     @field_validator("evaluate", mode="before")
     @classmethod
@@ -329,11 +336,14 @@ class Study(_Strict):
             overlap = sorted(set(self.code.editable) & set(self.code.protected))
             if overlap:
                 problems.append(
-                    "code: editable and protected share " + ", ".join(overlap)
+                    "code: editable and protected share "
+                    + ", ".join(overlap)
                     + ": a file may not be both"
                 )
         if self.evaluate is not None and self.code is None:
-            problems.append("evaluate: a trusted evaluator needs a `code` section (protected files)")
+            problems.append(
+                "evaluate: a trusted evaluator needs a `code` section (protected files)"
+            )
         if isinstance(self.procs_per_trial, int) and self.procs_per_trial < 1:
             problems.append("procs_per_trial must be at least 1 (or 'gpu': one per GPU)")
         if self.procs_per_trial == "gpu" and self.gpus_per_trial == 0:

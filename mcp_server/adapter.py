@@ -50,7 +50,7 @@ def forbid_extra(tool: Tool) -> Tool:
     return compact_tool(tool)
 
 
-LOOSE_BOUND = 1_000
+LOOSE_BOUND = 100  # maxLength 200 on an id: enforced, but no call comes near it
 
 
 def compact_schema(node: Any, in_properties: bool = False) -> Any:
@@ -71,7 +71,7 @@ def compact_schema(node: Any, in_properties: bool = False) -> Any:
         if key == "default" and value is None:
             continue
         if key in ("maxLength", "maxItems") and value >= LOOSE_BOUND:
-            continue  # a bound no sensible call comes near: enforced, but not worth sending
+            continue  # enforced by the server all the same; not worth sending each session
         out[key] = compact_schema(value, in_properties=key in ("properties", "$defs"))
     branches = out.get("anyOf")
     if isinstance(branches, list) and {"type": "null"} in branches:

@@ -178,6 +178,8 @@ def render_compare(reply: CompareReply) -> str:
             line += "; " + short_config(row.latest, 200)
         if row.command:
             line += f"; command {' '.join(row.command)[:200]}"
+        if row.code:
+            line += f"; code {row.code[:300]}"
         lines.append(line)
     return "\n".join(lines)
 

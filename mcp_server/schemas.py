@@ -126,6 +126,11 @@ class CompareRow(_Reply):
         default_factory=dict, description="config values that differ from the first job's"
     )
     command: list[str] | None = Field(default=None, description="when not the first job's")
+    code: str | None = Field(
+        default=None,
+        description="the code difference from the first job, short (files with +/- counts);"
+        " the full patch of a job's code: resource air://jobs/{job_id}/code.patch",
+    )
     latest: float | dict[str, float] | None = None
     step: int | None = None
     best: float | None = None

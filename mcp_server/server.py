@@ -159,6 +159,19 @@ def build_server(client: Client | None = None) -> AirMCPServer:
         return clean_output(text)
 
     @server.resource(
+        "air://jobs/{job_id}/code.patch",
+        name="job-code-patch",
+        mime_type="text/x-diff",
+        description="The full patch of a job's code as launched against its base commit"
+        " (uncommitted changes and its --patch); without a commit, its own patch.",
+    )
+    def job_code_patch(job_id: str) -> str:
+        try:
+            return client.code.patch(job_id)
+        except AirError as exc:
+            raise ResourceNotFoundError(error_text(exc)) from None
+
+    @server.resource(
         "air://jobs/{job_id}",
         name="job",
         mime_type="application/json",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills import settings
-from air_skills.runtime.job_code import VIEW_DIR
+from air_skills.runtime.job_code import SHARED_VIEWS, VIEW_DIR
 from air_skills.runtime.snapshot_store import code_root, store_lock
 from air_skills.runtime.store import Store
 
@@ -78,6 +78,11 @@ def collect(home: Path, dry_run: bool = False, now: float | None = None) -> dict
                     report["blobs_kept"] += 1
                 else:
                     _remove(path, report, "blobs_removed", dry_run)
+            for path in (root / SHARED_VIEWS).glob("*"):  # Ray's upload folders
+                digest = path.name.split("-", 1)[0]
+                if digest not in keep and _age_s(path, now) >= GRACE_S:
+                    if not dry_run:
+                        shutil.rmtree(path, ignore_errors=True)
             for path in (root / "tmp").glob("*"):
                 if _age_s(path, now) >= GRACE_S:
                     _remove(path, report, "", dry_run)

@@ -16,7 +16,7 @@ from typing import Any
 
 from air_skills.errors import InvalidState, NotFound
 from air_skills.home import job_dir, read_job_env
-from air_skills.runtime.job_code import CODE_RECORD, PATCH_FILE
+from air_skills.runtime.job_code import CODE_RECORD, PATCH_FILE, shared_view
 from air_skills.runtime.patch import apply_patch
 from air_skills.runtime.snapshot import Snapshot, load_manifest, manifest_path
 from air_skills.runtime.snapshot_files import GitInfo
@@ -187,3 +187,14 @@ def rerun_spec(
             )
         out["env"] = values
     return out
+
+
+def ray_working_dir_of(home: Path, job_id: str, code_column: str | None) -> str | None:
+    """The shared view a resubmitted Ray job uploads again (None: a ``code: live`` job)."""
+    if not code_column:
+        return None
+    code = load_job_code(home, job_id, code_column)
+    check_blobs(code)
+    view = shared_view(home, code.digest, code.manifest, code.overrides, code.patch)
+    cwd = code.record.get("cwd") or ""
+    return str(view / cwd if cwd else view)

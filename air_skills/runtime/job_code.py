@@ -8,7 +8,10 @@ the patch applied in memory); ``materialize`` then writes the job's ``code/`` vi
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,12 +23,13 @@ from typing import Any
 from air_skills.errors import InvalidSpec
 from air_skills.runtime.patch import apply_patch
 from air_skills.runtime.snapshot import Snapshot, build_view, dirty_diff, take_snapshot
-from air_skills.runtime.snapshot_store import read_blob
+from air_skills.runtime.snapshot_store import code_root, read_blob
 
 CODE_RECORD = "code.json"
 PATCH_FILE = "code.patch"
 VIEW_DIR = "code"
 DIFF_ARTIFACT = "code/dirty.diff"
+SHARED_VIEWS = "views"  # under AIR_HOME/code: one folder per snapshot (and patch), see shared_view
 
 # The stored snapshot that launches in this context run instead of their workdir's tree (set
 # by ``air rerun`` around its launch): the backends call ``plan_code`` with the spec's workdir
@@ -166,3 +170,38 @@ def dirty_diff_of(plan: CodePlan) -> str:
     if plan.snapshot.rerun_of:  # the tree on disk now is not what the rerun runs
         return ""
     return dirty_diff(plan.snapshot.root) if git and git.dirty and git.commit else ""
+
+
+def shared_view(
+    home: Path,
+    digest: str,
+    manifest: dict[str, Any],
+    overrides: dict[str, bytes | None],
+    patch: str | None,
+) -> Path:
+    """The snapshot (and patch) as one folder per content under ``code/views/``, built once.
+
+    The Ray backend uploads it as the job's ``working_dir``: Ray names a package by the hash
+    of its files, so the same folder is the same package URI, uploaded once per digest. Jobs
+    never run in it (Ray unpacks a copy on the node), so it is shared.
+    """
+    key = digest if patch is None else f"{digest}-{hashlib.sha256(patch.encode()).hexdigest()[:16]}"
+    dest = code_root(home) / SHARED_VIEWS / key
+    if dest.is_dir():
+        os.utime(dest)  # in use: `air gc` keeps it with its snapshot
+        return dest
+    tmp = dest.parent / f".{key}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    build_view(home, manifest, tmp, overrides)
+    try:
+        os.rename(tmp, dest)
+    except OSError:  # another launch built it first: theirs is the same
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def ray_working_dir(home: Path, plan: CodePlan) -> str:
+    """The folder the Ray backend uploads for ``plan``: the shared view, at the launch's cwd."""
+    snap = plan.snapshot
+    view = shared_view(home, snap.digest, snap.manifest, plan.overrides, plan.patch)
+    return str(view / snap.cwd if snap.cwd else view)

@@ -215,7 +215,7 @@ def discard_prepared(ctx: LaunchContext, job: PreparedJob) -> None:
         try:
             ctx.tracker.delete_run(job.run_id)
         except Exception:
-            pass  # an orphan run is harmless; the launch itself succeeded
+            pass  # tracking down: the run stays, and no job points at it
     launch_intent.remove(ctx.home, job.job_id)
 
 

@@ -50,6 +50,7 @@ from air_skills.runtime.snapshot_store import (
     build_view,
     code_root,
     hash_file,
+    parallel_map,
     read_blob,
     store_lock,
 )
@@ -211,6 +212,7 @@ def _take(home: Path, workdir: str | os.PathLike[str], store: bool) -> Snapshot:
     files: dict[str, dict[str, Any]] = {}
     links: dict[str, str] = {}
     cache = StatCache(home, str(root))
+    todo: list[tuple[str, str]] = []  # (rel, full): files to read, hash (and store)
     files_read = 0
     try:
         for rel, st in entries:
@@ -220,17 +222,22 @@ def _take(home: Path, workdir: str | os.PathLike[str], store: bool) -> Snapshot:
             full = str(root / rel)
             sha = cache.get(full, st)
             if sha is None or (store and not blob_path(home, sha).exists()):
-                try:
-                    sha, st, _ = hash_file(home, full, rel, keep=store)
-                except FileNotFoundError:
-                    continue  # deleted since it was listed (an editor's temp file): as on disk
+                todo.append((rel, full))
+            else:
+                files[rel] = _entry(sha, st)
+
+        def read(item: tuple[str, str]) -> tuple[str, os.stat_result] | None:
+            try:
+                sha, st, _ = hash_file(home, item[1], item[0], keep=store)
+            except FileNotFoundError:
+                return None  # deleted since it was listed (an editor's temp file): as on disk
+            return sha, st
+
+        for (rel, full), got in zip(todo, parallel_map(read, todo), strict=True):
+            if got is not None:
                 files_read += 1
-                cache.put(full, st, sha)
-            files[rel] = {
-                "sha256": sha,
-                "size": st.st_size,
-                "mode": 0o755 if st.st_mode & 0o111 else 0o644,
-            }
+                cache.put(full, got[1], got[0])
+                files[rel] = _entry(*got)
     finally:
         cache.close()
     manifest = {"version": MANIFEST_VERSION, "files": files, "symlinks": links}
@@ -251,6 +258,10 @@ def _take(home: Path, workdir: str | os.PathLike[str], store: bool) -> Snapshot:
         stored=store,
         notes=listing.notes,
     )
+
+
+def _entry(sha: str, st: os.stat_result) -> dict[str, Any]:
+    return {"sha256": sha, "size": st.st_size, "mode": 0o755 if st.st_mode & 0o111 else 0o644}
 
 
 def _write_manifest(home: Path, digest: str, manifest: dict[str, Any]) -> None:

@@ -16,10 +16,11 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from air_skills.errors import InvalidInput
 
@@ -27,6 +28,21 @@ RACY_S = 2.0
 CHUNK_BYTES = 1 << 20
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 READ_TRIES = 2  # a file that changes while read is read again once, then refused
+# Reading, hashing and copying release the GIL: threads overlap them (and the filesystem's
+# per-file latency) where there are cores; a handful of files is not worth a pool.
+WORKERS = min(8, os.cpu_count() or 1)
+POOL_FROM_FILES = 32
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[fn(x) for x in items]``, on ``WORKERS`` threads for many items; the first error
+    raised is raised here."""
+    if len(items) < POOL_FROM_FILES or WORKERS < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return list(pool.map(fn, items))
 
 
 def code_root(home: Path) -> Path:
@@ -196,21 +212,24 @@ def build_view(
     for folder in sorted({os.path.dirname(p) for p in wanted} - {""}):
         (dest / folder).mkdir(parents=True, exist_ok=True)
     dest.mkdir(parents=True, exist_ok=True)
-    method = ""
-    for rel, entry in files.items():
-        if rel in overrides:
-            continue
+    copies = [(rel, entry) for rel, entry in files.items() if rel not in overrides]
+    method = "copy"
+    if copies:  # the first file tells whether the filesystem clones
+        rel, entry = copies[0]
+        if _reflink(str(blob_path(home, entry["sha256"])), str(dest / rel)):
+            method = "reflink"
+
+    def copy(item: tuple[str, dict[str, Any]], cloned: bool = False) -> None:
+        rel, entry = item
         src, dst = str(blob_path(home, entry["sha256"])), str(dest / rel)
-        if method != "copy":
-            if _reflink(src, dst):
-                method = "reflink"
-            else:
-                method = "copy"
-                shutil.copyfile(src, dst)
-        else:
-            shutil.copyfile(src, dst)
+        if not cloned and (method != "reflink" or not _reflink(src, dst)):
+            shutil.copyfile(src, dst)  # copy_file_range/sendfile in the kernel on Linux
         if entry.get("mode", 0o644) & 0o111:
             os.chmod(dst, 0o755)
+
+    if copies:
+        copy(copies[0], cloned=method == "reflink")
+    parallel_map(copy, copies[1:])
     for rel, content in overrides.items():
         if content is None:
             continue
@@ -221,7 +240,7 @@ def build_view(
     for rel, target in links.items():
         if rel not in overrides:
             os.symlink(target, dest / rel)
-    return method or "copy"
+    return method
 
 
 @contextmanager

@@ -147,9 +147,9 @@ def suggest(proposer: Proposer, request: ProposalRequest) -> ProposalResult:
                 )
             )
             continue
-        taken[trial_key(request.study, request.study.config_for(checked.diff), checked.code_key)] = (
-            f"proposal {len(request.pending) + len(valid) + 1} of this batch"
-        )
+        taken[
+            trial_key(request.study, request.study.config_for(checked.diff), checked.code_key)
+        ] = f"proposal {len(request.pending) + len(valid) + 1} of this batch"
         valid.append(replace(checked, source=p.source or proposer.name))
     missing = request.n - len(valid)
     fallback = proposer.fallback

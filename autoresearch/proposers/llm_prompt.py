@@ -80,7 +80,8 @@ def history_table(request: ProposalRequest) -> str:
     curve_name = study.objective.curve_metric
     code = "code | " if study.code is not None else ""
     rows = [
-        f"| # | diff from base | {code}status | {metric} | {curve_name} curve (value@step) | note |",
+        f"| # | diff from base | {code}status | {metric} | {curve_name} curve (value@step)"
+        " | note |",
         "|---|---|---|---|---|---|" + ("---|" if code else ""),
     ]
     for t in trials:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from air_skills.client import Client
-from air_skills.errors import InvalidInput, InvalidState, NotFound
+from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
 from air_skills.status import JobStatus
 from mcp_server.schemas import (
     CompareReply,
@@ -64,6 +64,7 @@ def launch_job(
         int | Literal["gpu"],
         Field(description="processes per node, a torchrun gang (gpu: one per GPU)"),
     ] = 1,
+    nodes: Annotated[int, Field(ge=1, le=1024, description="nodes (backend ray)")] = 1,
     cpus: Annotated[int | None, Field(ge=1, le=1024, description="thread cap")] = None,
     priority: Literal["low", "normal", "high"] = "normal",
     timeout_min: Annotated[float | None, Field(gt=0, description="time limit, minutes")] = None,
@@ -97,7 +98,7 @@ def launch_job(
         str | None, Field(max_length=255, description="container image to run in (podman/docker)")
     ] = None,
     advanced: Annotated[
-        AdvancedLaunch | None, Field(description="data, backend, nodes, project, preemptible")
+        AdvancedLaunch | None, Field(description="data, backend, project, preemptible")
     ] = None,
     dry_run: Annotated[
         bool, Field(description="check the spec, executable and script; launch nothing")
@@ -118,6 +119,7 @@ def launch_job(
         "config": config,
         "gpus": gpus,
         "procs": procs,
+        "nodes": nodes,
         "cpus": cpus,
         "priority": priority,
         "timeout_min": timeout_min,
@@ -249,6 +251,11 @@ def compare_jobs(
         rows = client.compare(list(job_ids), metric=metric, at_step=at_step, direction=direction)
     except NotFound as exc:
         raise job_not_found(exc) from None
+    for row in rows[1:]:
+        try:
+            row["code"] = client.code.short_diff(rows[0]["job_id"], row["job_id"])
+        except AirError as exc:  # a snapshot gone (air gc): the rest of the comparison stands
+            row["code"] = exc.message
     return CompareReply(metric=metric, at_step=at_step, rows=[CompareRow(**r) for r in rows])
 
 

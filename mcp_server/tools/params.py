@@ -34,6 +34,5 @@ class AdvancedLaunch(BaseModel):
     backend: Literal["local", "ray"] | None = Field(
         default=None, description="default: AIR_HOME's setting"
     )
-    nodes: int = Field(default=1, ge=1, le=1024, description="nodes (backend ray)")
     project: str | None = Field(default=None, max_length=64, description="for GPU quotas")
     preemptible: bool = Field(default=False, description="may be requeued for higher-priority jobs")

@@ -140,3 +140,24 @@ def test_torchrun_argv() -> None:
     assert "--standalone" not in multi and multi[1:3] == ["-m", "torch.distributed.run"]
     assert multi[multi.index("--node-rank") + 1] == "1"
     assert multi[multi.index("--master-addr") + 1] == "10.0.0.1"
+
+
+def test_study_procs_per_trial_reaches_the_trial_spec() -> None:
+    from types import SimpleNamespace
+
+    from autoresearch.study import Study
+    from autoresearch.trials import trial_spec
+
+    base = {
+        "name": "s",
+        "command": ["python", "t.py"],
+        "search_space": {"lr": {"type": "float", "low": 0.1, "high": 1.0}},
+        "objective": {"metric": "loss", "direction": "minimize"},
+    }
+    study = Study.model_validate({**base, "procs_per_trial": 2})
+    state = SimpleNamespace(study_id=1, parent_run_id=None)
+    trial = SimpleNamespace(number=0, source="tpe", config={"lr": 0.5}, attempt=0)
+    assert trial_spec(study, state, trial, gpus=0).procs == 2  # type: ignore[arg-type]
+    for bad in ({"procs_per_trial": 0}, {"procs_per_trial": "gpu", "gpus_per_trial": 0}):
+        with pytest.raises(ValueError, match="procs_per_trial"):
+            Study.model_validate({**base, **bad})

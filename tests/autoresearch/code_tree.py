@@ -21,7 +21,7 @@ from model import SCALE
 
 cfg = json.loads(Path(os.environ["AIR_CONFIG_FILE"]).read_text())
 noise = random.Random(cfg.get("seed", 0)).gauss(0, 1) * cfg.get("noise", 0.0)
-loss = SCALE * (1.0 + cfg.get("x", 0.0)) + noise + cfg.get("luck", {}).get(str(cfg.get("seed", 0)), 0.0)
+loss = SCALE * (1.0 + cfg.get("x", 0.0)) + noise
 ckpt = Path(os.environ["AIR_CHECKPOINT_DIR"])
 (ckpt / "loss.txt").write_text(str(loss))
 if cfg.get("tamper"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,9 @@ def test_code_section_is_checked(tmp_path: Path) -> None:
     # a code study may have no search space; a config-only study may not
     assert parse_study(code_study(tree, search_space={})).search_space == {}
     assert any("empty" in p for p in problems_of(code_study(tree, code=None, search_space={})))
-    study = parse_study(code_study(tree, code={"editable": ["nothing*.py"], "protected": ["no.py"]}))
+    study = parse_study(
+        code_study(tree, code={"editable": ["nothing*.py"], "protected": ["no.py"]})
+    )
     with pytest.raises(InvalidSpec) as info:
         CodeBase.take(tmp_path / "home", study)
     text = " ".join(info.value.problems)
@@ -113,3 +116,52 @@ def test_diff_round_trips_without_a_final_newline() -> None:
     text = unified_diff("f.py", before, after)
     assert apply_patch(text, lambda p: before)["f.py"] == after
     assert summarize(text)["files"] == {"f.py": [1, 1]}
+
+
+def test_llm_patches_refused_go_back_once_then_fallback(base: CodeBase, llm_server) -> None:
+    pytest.importorskip("anthropic")
+    from autoresearch.proposers import ProposalRequest, suggest
+    from autoresearch.proposers.llm import LLMProposer
+
+    tree = Path(base.record["root"])
+    study = parse_study(
+        code_study(
+            tree,
+            proposer={
+                "type": "llm",
+                "provider": "anthropic",
+                "max_retries": 0,
+                "base_url": llm_server.anthropic_url,
+            },
+        )  # fmt: skip
+    )
+    evil = patch_of("evaluate.py", (tree / "evaluate.py").read_text(), "print('loss: 0')\n")
+    broken = patch_of("model.py", MODEL, "SCALE = (\n")
+    llm_server.anthropic_tool(
+        [
+            {"diff": {}, "patch": evil, "rationale": "edit the evaluator"},
+            {"diff": {}, "patch": broken, "rationale": "broken"},
+        ]
+    )
+    llm_server.anthropic_tool(
+        [
+            {"diff": {}, "patch": scale_patch(0.5, old=9.0), "rationale": "does not apply"},
+            {"diff": {}, "patch": scale_patch(0.5), "rationale": "halve"},
+        ]
+    )
+    done = Trial(0, {}, study.config_for({}), "baseline", status=TrialStatus.SUCCEEDED, value=1.0)
+    request = ProposalRequest(study=study, trials=(done,), n=2, best_trial=0, code=base)
+    result = suggest(LLMProposer(study.proposer), request)
+    assert [p.patch for p in result.proposals][0] == scale_patch(0.5)
+    assert result.proposals[1].source.startswith("fallback:") and result.proposals[1].patch is None
+    refused = [f for k, f in result.events if k == "invalid_proposal"]
+    assert [f["attempt"] for f in refused] == [1, 1, 2]
+    assert refused[0]["patch"] == evil and "evaluate.py is protected" in refused[0]["problems"][0]
+    assert "does not compile" in refused[1]["problems"][0]
+    assert "hunk 1" in refused[2]["problems"][0]
+    first, retry = (r.body for r in llm_server.requests)
+    prompt = first["messages"][0]["content"]
+    assert "## Code" in prompt and "SCALE = 1.0" in prompt and "evaluate.py" in prompt
+    props = first["tools"][0]["input_schema"]["properties"]["trials"]["items"]["properties"]
+    assert {"patch", "parent"} <= set(props)
+    assert "evaluate.py is protected" in json.dumps(retry["messages"][-1])

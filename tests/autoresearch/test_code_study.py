@@ -68,7 +68,9 @@ def test_evaluator_and_confirmation_keep_only_what_survives(
     study_home: Path, tmp_path: Path
 ) -> None:
     tree = make_tree(tmp_path / "tree")
-    lucky = TRAIN.replace('ckpt = Path', 'loss -= 0.9 if cfg.get("seed", 0) == 0 else 0.0\nckpt = Path')
+    lucky = TRAIN.replace(
+        "ckpt = Path", 'loss -= 0.9 if cfg.get("seed", 0) == 0 else 0.0\nckpt = Path'
+    )
     study = code_study(
         tree,
         base_config={"x": 0.0, "seed": 0},
@@ -108,3 +110,26 @@ def test_an_evaluator_that_prints_no_objective_fails_the_trial(
     (t,) = replay(Journal(folder).read()).ordered()
     assert t.status == TrialStatus.FAILED and t.failure_kind == "evaluator"
     assert "printed no objective 'loss'" in t.failure
+
+
+def test_export_commits_the_winner_on_a_new_branch(study_home: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    from autoresearch.export import CONFIG_FILE, export_study
+
+    tree = make_tree(tmp_path / "repo")
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    folder = tmp_path / "study"
+    run(code_study(tree, budget={"trials": 2, "concurrency": 1}), folder,
+        [{"patch": scale_patch(0.5), "why": "halve"}])  # fmt: skip
+    done = export_study(folder, "air/winner", home=study_home)
+    assert done["trial"] == 1 and done["branch"] == "air/winner"
+    show = lambda *a: subprocess.run([*git, *a], capture_output=True, text=True).stdout  # noqa: E731
+    assert show("show", "air/winner:model.py") == "SCALE = 0.5\n"
+    assert '"x": 0.0' in show("show", f"air/winner:{CONFIG_FILE}")
+    assert "study code, trial 1: loss = 0.5" in show("log", "-1", "--format=%B", "air/winner")
+    assert show("rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
+    assert (tree / "model.py").read_text() == MODEL and not show("status", "--porcelain")

@@ -330,6 +330,7 @@ async def test_job_resources_and_the_research_prompt(server) -> None:
         templates = (await mcp.list_resource_templates()).resource_templates
         assert {t.uri_template for t in templates} == {
             "air://jobs/{job_id}/log",
+            "air://jobs/{job_id}/code.patch",
             "air://jobs/{job_id}",
         }
         log = await mcp.read_resource(f"air://jobs/{job['job_id']}/log")

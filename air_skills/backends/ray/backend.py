@@ -46,6 +46,7 @@ from air_skills.backends.ray.settle import finish
 from air_skills.backends.ray.submit import submit
 from air_skills.errors import BackendUnavailable, InsufficientGpus, InvalidSpec
 from air_skills.models import JobInfo, JobSpec
+from air_skills.runtime.job_code import plan_code, ray_working_dir
 from air_skills.runtime.prepare import (
     LaunchContext,
     find_by_idempotency_key,
@@ -103,8 +104,11 @@ class RayBackend:
         if existing is not None:
             return row_to_info(existing)
         # Upload first: a failed upload leaves no record behind, and the window between
-        # recording the submission and Ray knowing it is one short request.
-        runtime_env: dict[str, Any] = {"working_dir": spec.workdir}
+        # recording the submission and Ray knowing it is one short request. A snapshot job
+        # uploads its snapshot (one folder, so one package, per digest), never the live tree.
+        code = plan_code(rt.home, spec.workdir, spec.patch) if spec.code == "snapshot" else None
+        workdir = ray_working_dir(rt.home, code) if code is not None else spec.workdir
+        runtime_env: dict[str, Any] = {"working_dir": workdir}
         upload(ray, dashboard, runtime_env)
 
         job = prepare_job(
@@ -115,6 +119,7 @@ class RayBackend:
             track=spec.track,
             experiment=spec.experiment,
             tags={**spec.tags, "air.backend": "ray"},
+            code=code,
         )
         job_id = job.job_id
         (job.jdir / "output.log").touch()  # renamed into place with its folder, see recording
@@ -132,6 +137,8 @@ class RayBackend:
                 project=spec.resolved_project(),
                 jdir=job.jdir,
             )
+            if created and job.code is not None:
+                store.set_code(c, job_id, job.code)
         if not created:  # a concurrent caller with the same idempotency key won: discarded
             self.reconcile()
             return row_to_info(reread(store, got))

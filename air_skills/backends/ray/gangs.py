@@ -99,7 +99,9 @@ def log_infra(log_path: str, nodes: int) -> tuple[InfraFailure, bool] | None:
         bare = gang.strip_ray_prefix(line)
         if bare.startswith(NODE_DIED):
             what = bare[len(NODE_DIED) :].strip()
-            return InfraFailure(f"a node of the {nodes}-node gang died ({what})", "ray"), True
+            # Not retried: until Ray has noticed, it still counts the node, and a new
+            # placement would wait on it; the cluster is for a person to look at first.
+            return InfraFailure(f"a node of the {nodes}-node gang died ({what})", "ray"), False
         if bare.startswith(NOT_PLACED):
             return InfraFailure(bare[len(NOT_PLACED) :].strip(), "ray"), False
     found = nccl.signature(gang.strip_ray_prefix(line) for line in lines)

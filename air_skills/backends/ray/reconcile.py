@@ -20,6 +20,7 @@ from air_skills.backends.ray.settle import finish, settle_gone
 from air_skills.backends.ray.submit import queued_message, submit
 from air_skills.errors import AirError
 from air_skills.models import JobSpec
+from air_skills.runtime.code_source import ray_working_dir_of
 from air_skills.runtime.outcomes import (
     AttemptEnd,
     InfraFailure,
@@ -314,8 +315,10 @@ def _resubmit(
     cluster = None
     with contextlib.suppress(AirError):
         cluster = cluster_view(ray)
-    runtime_env: dict[str, Any] = {"working_dir": spec.workdir}
     try:
+        # A snapshot job's attempts all upload its snapshot, not the tree as it is now.
+        workdir = ray_working_dir_of(rt.home, row["job_id"], row["code"]) or spec.workdir
+        runtime_env: dict[str, Any] = {"working_dir": workdir}
         upload(ray, ray.get_address(), runtime_env)
         submit(rt, ray, row, spec, sid, cluster, runtime_env)
     except AirError:
