@@ -181,8 +181,9 @@ _TABLE = (
     # --- tests ----------------------------------------------------------------------------
     Setting(
         "AIR_TEST_CRASH_AT", "str", None,
-        "tests only: the autoresearch loop kills itself (SIGKILL) right after it journals this"
-        " event, so a test can crash it at an exact point",
+        "tests only: a process kills itself (SIGKILL) at this named point, so a test can crash"
+        " it exactly there: a launch step (`prepare:folder`, `launch:locked`, ... see"
+        " air_skills/runtime/faults.py) or a journal event of the autoresearch loop",
         default_text="unset: never",
     ),
 )  # fmt: skip

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from air_skills.gpu.doctor import doctor_report
 from air_skills.gpu.providers import provider
 from air_skills.runtime import container
+from air_skills.runtime.orphans import sweep_orphans
 from air_skills.runtime.outcomes import max_infra_retries
 from air_skills.tracking.store_check import check_store
 
@@ -20,6 +21,8 @@ HISTORY_S = 24 * 3600  # the report looks back one day for restarts and cordons
 def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
     """The doctor's report for this machine (see ``air_skills.gpu.doctor``)."""
     since = time.time() - HISTORY_S
+    # The doctor looks everywhere: half-created jobs of crashed launches, stale env files.
+    sweep_orphans(client.runtime, force=True, thorough=True)
     report = doctor_report(
         provider(),
         client.gpus(),

@@ -1,4 +1,7 @@
-"""Fault injection for tests: a launcher kills itself (SIGKILL) at a named step."""
+"""Fault injection for tests: a process kills itself (SIGKILL) at a named point.
+
+Launch steps are named below; the autoresearch loop names its journal events.
+"""
 
 from __future__ import annotations
 
