@@ -19,13 +19,14 @@ from air_skills.gpu.providers import provider
 from air_skills.home import check_job_id
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
 from air_skills.runtime import passes as local
+from air_skills.runtime.launch_check import check_command, refuse
+from air_skills.runtime.log_read import BadOffset, read_log
 from air_skills.runtime.log_search import BadPattern, LogSearch, search_log
 from air_skills.runtime.orphans import sweep_orphans
 from air_skills.runtime.prepare import LaunchContext
 from air_skills.runtime.store import Store
 from air_skills.vocabulary import Direction
 
-MAX_LOG_BYTES = 256 * 1024
 RANK_POOL = 1000  # list(order_by=...) ranks the newest this many jobs
 
 
@@ -63,18 +64,37 @@ class Client:
 
     # --- launching ----------------------------------------------------------------------------
 
-    def launch(self, spec: JobSpec | dict[str, Any], dry_run: bool = False) -> JobInfo:
+    def launch(
+        self, spec: JobSpec | dict[str, Any], dry_run: bool = False, *, strict: bool = False
+    ) -> JobInfo:
         """Queue a job and start it if GPUs are free; returns as soon as it is queued/started.
 
-        With ``dry_run`` nothing is recorded: the returned info says what would happen.
+        With ``dry_run`` nothing is recorded: the returned info says what would happen, and
+        whether the command would start (its executable on the job's PATH, a script argument
+        in the workdir); with ``strict`` too, a command that would not start is refused
+        (``invalid-spec``). A real launch of one fails at once, as a FAILED job.
         """
+        return self._launch(spec, dry_run, strict=strict)
+
+    def _launch(
+        self,
+        spec: JobSpec | dict[str, Any],
+        dry_run: bool,
+        snapshot: Any = None,
+        strict: bool = False,
+    ) -> JobInfo:
         spec = JobSpec.parse(spec)
         if "backend" not in spec.model_fields_set and self.store.setting("backend"):
             # AIR_HOME's default backend (python -m air_skills.backends.ray config --backend)
             spec = spec.model_copy(update={"backend": self.store.setting("backend")})
         spec = self._resolve(spec)
         spec = self._check_data(spec)  # refused data inputs: nothing is created
+        problems = check_command(spec, snapshot) if dry_run else []
+        if problems and strict:  # `pyhton`, a misspelt train.py: refused before anything queues
+            raise refuse(problems)
         info = self.backend(spec.backend).launch(spec, dry_run=dry_run)
+        if problems:
+            info.message += "; WOULD NOT START: " + "; ".join(problems)
         if info.code is not None and not dry_run:
             from air_skills.runtime.code_gc import maybe_collect
 
@@ -97,7 +117,7 @@ class Client:
         snapshot = rerun_snapshot(load_job_code(self.home, job_id, row["code"]))
         spec = rerun_spec(self.home, job_id, json.loads(row["spec"]), config, patch)
         with pinned_snapshot(snapshot):
-            return self.launch(spec, dry_run=dry_run)
+            return self._launch(spec, dry_run, snapshot)
 
     @property
     def code(self) -> Any:
@@ -237,44 +257,11 @@ class Client:
         """The last ``tail`` lines, or (with ``offset``) the bytes from that offset on."""
         row = self._row(job_id)
         self.backend(row["backend"]).logs(row)  # Ray holds the output: bring the file up to date
-        path = row["log_path"]
         try:
-            with open(path, "rb") as f:
-                f.seek(0, 2)
-                size = f.tell()
-                if offset is not None:
-                    if offset < 0:
-                        raise InvalidInput("offset must be >= 0", hint="pass next_offset as given")
-                    start = min(offset, size)
-                    f.seek(start)
-                    data = f.read(MAX_LOG_BYTES)
-                    return LogChunk(
-                        job_id=job_id,
-                        text=data.decode("utf-8", "replace"),
-                        offset=start,
-                        next_offset=start + len(data),
-                        size=size,
-                        truncated=start + len(data) < size,
-                    )
-                start = max(0, size - MAX_LOG_BYTES)
-                f.seek(start)
-                data = f.read()
-        except FileNotFoundError:
-            return LogChunk(job_id=job_id, text="", offset=0, next_offset=0, size=0)
-        lines = data.split(b"\n")
-        keep = (tail or 0) + (1 if data.endswith(b"\n") else 0)
-        if tail is not None and len(lines) > keep:
-            kept = b"\n".join(lines[-keep:])
-            start = size - len(kept)
-            data = kept
-        return LogChunk(
-            job_id=job_id,
-            text=data.decode("utf-8", "replace"),
-            offset=start,
-            next_offset=size,
-            size=size,
-            truncated=start > 0,
-        )
+            part = read_log(row["log_path"], tail, offset)
+        except BadOffset as exc:
+            raise InvalidInput(str(exc), hint="pass next_offset as given") from None
+        return LogChunk(job_id=job_id, **vars(part))
 
     def metrics(
         self,

@@ -19,6 +19,7 @@ Each error has a stable kebab-case ``code`` that agents can branch on, a ``messa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -116,15 +117,32 @@ class ProposerError(AirError):
     code = "proposer-error"
 
 
-def pydantic_problems(exc: Any) -> list[str]:
-    """Every problem of a pydantic ValidationError as one readable line each."""
+def pydantic_problems(exc: Any, valid: Iterable[str] = ()) -> list[str]:
+    """Every problem of a pydantic ValidationError as one readable line each.
+
+    ``valid``: the model's field names; an unknown top-level field is followed by a
+    did-you-mean line (joined: ``gpu: unknown field; did you mean gpus?``), so every surface
+    that validates with it (spec files, Client dicts, MCP arguments) gets it, once.
+    """
+    import difflib
+
+    names = list(valid)
     problems = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
+        path = err.get("loc", ())
+        loc = ".".join(str(p) for p in path) or "(root)"
         msg = err.get("msg", "invalid")
         if err.get("type") == "extra_forbidden":
             msg = "unknown field"
         problems.append(f"{loc}: {msg}")
+        # A prefix first ("prio" is short for priority), then the closest spelling.
+        close = [n for n in names if n.startswith(loc)][:1] or difflib.get_close_matches(
+            loc, names, n=1
+        )
+        close = close if len(path) == 1 else []
+        if msg == "unknown field" and close:
+            # Its own line: "gpu: unknown field" stays the line that names the problem.
+            problems.append(f"did you mean {close[0]}?")
     return problems
 
 

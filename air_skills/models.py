@@ -269,7 +269,7 @@ class JobSpec(_Strict):
         except ValidationError as exc:
             raise InvalidSpec(
                 "invalid job spec:",
-                problems=pydantic_problems(exc),
+                problems=pydantic_problems(exc, cls.model_fields),
                 hint="fix the fields listed; valid fields: " + ", ".join(cls.model_fields),
                 valid_keys=list(cls.model_fields),
             ) from None

@@ -7,7 +7,6 @@ wording and a size bound: ``[code] what happened`` then ``Next: ...``.
 
 from __future__ import annotations
 
-import difflib
 import re
 
 from pydantic import ValidationError
@@ -47,8 +46,9 @@ def error_text(exc: AirError) -> str:
 
 
 def bad_arguments(tool: str, exc: ValidationError, valid: list[str]) -> InvalidInput:
-    """InvalidInput listing every bad argument at once (names shortened, values never shown)."""
-    problems = [_did_you_mean(p, valid) for p in pydantic_problems(exc)]
+    """InvalidInput listing every bad argument at once (names shortened, values never shown);
+    unknown ones with a did-you-mean (from ``pydantic_problems``)."""
+    problems = [_argv_as_list(p) for p in pydantic_problems(exc, valid)]
     problems = [p if len(p) <= 200 else p[:200] + " ..." for p in problems]
     shown = problems[:10] + ([f"... and {len(problems) - 10} more"] if len(problems) > 10 else [])
     return InvalidInput(
@@ -58,13 +58,13 @@ def bad_arguments(tool: str, exc: ValidationError, valid: list[str]) -> InvalidI
     )
 
 
-def _did_you_mean(problem: str, valid: list[str]) -> str:
-    """``gpu: unknown field`` -> ``gpu: unknown field; did you mean gpus?``"""
-    name, _, msg = problem.partition(": ")
-    if msg != "unknown field":
-        return problem
-    close = difflib.get_close_matches(name, valid, n=1)
-    return f"{problem}; did you mean {close[0]}?" if close else problem
+def _argv_as_list(problem: str) -> str:
+    """A command given as one string: say to give argv as a list. Over MCP a string is refused,
+    not split as the CLI splits it: the schema says argv, and quoting is the caller's to get
+    right, not ours to guess."""
+    if problem == "command: Input should be a valid list":
+        return 'command: give argv as a list, e.g. ["python", "train.py", "--lr", "3e-4"]'
+    return problem
 
 
 def job_not_found(exc: NotFound) -> NotFound:

@@ -40,7 +40,9 @@ class LocalBackend:
         if dry_run:
             spec, _ = resolve_image(spec)
             return self._dry_run_info(spec, self._code(spec, store=False))
-        existing = find_by_idempotency_key(store, spec.idempotency_key)
+        existing = find_by_idempotency_key(
+            store, spec.idempotency_key, spec.model_dump(mode="json")
+        )  # the same spec: its job; a different one: idempotency-conflict
         if existing is not None:
             return row_to_info(existing)
         spec, image = resolve_image(spec)  # its ID now: an unknown image is refused here

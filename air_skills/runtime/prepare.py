@@ -13,13 +13,13 @@ import os
 import shutil
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import StoreError, TrackingUnavailable
+from air_skills.errors import InvalidState, StoreError, TrackingUnavailable
 from air_skills.home import default_home, ensure_home, job_dir
 from air_skills.runtime import launch_intent
 from air_skills.runtime.faults import crash_point
@@ -84,9 +84,68 @@ def job_name(name: str | None, command: list[str]) -> str:
     return name or Path(command[0]).name
 
 
-def find_by_idempotency_key(store: Store, key: str | None) -> sqlite3.Row | None:
-    """The job already launched with this idempotency key (None without a key)."""
-    return store.by_idempotency_key(key) if key else None
+def find_by_idempotency_key(
+    store: Store, key: str | None, spec: Mapping[str, Any] | None = None
+) -> sqlite3.Row | None:
+    """The job already launched with this idempotency key (None without a key).
+
+    With ``spec`` (the new launch's, as JSON data: workdir resolved, defaults filled), a key
+    reused for a different spec is an ``idempotency-conflict`` naming the job and the fields:
+    silently returning the old job would hide that the new one never ran.
+    """
+    row = store.by_idempotency_key(key) if key else None
+    if row is None or spec is None:
+        return row
+    differ = spec_differences(json.loads(row["spec"]), spec)
+    if differ:
+        raise InvalidState(
+            f"idempotency key {key!r} was used by {row['job_id']} ({row['name']}) with a"
+            f" different spec: {'; '.join(differ)}",
+            code="idempotency-conflict",
+            hint=f"launch the same spec to get {row['job_id']} back, or use a new"
+            " idempotency_key for a different job",
+            job_id=row["job_id"],
+            fields=[d.split(":", 1)[0] for d in differ],
+        )
+    return row
+
+
+# Set by the launch itself (the image's ID is resolved and recorded at launch): not the caller's.
+_LAUNCH_FILLED = ("idempotency_key", "image_digest")
+_SHOWN = 60  # characters of a differing value in the conflict message
+
+
+def spec_differences(stored: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``field: old -> new`` for each meaningful field that differs (config keys one by one).
+
+    The store keeps ``env`` names only (values live in the job's folder): env compares names.
+    A field the stored spec lacks (a record older than the field) is not compared.
+    """
+    out: list[str] = []
+    for field_name, value in new.items():
+        if field_name in _LAUNCH_FILLED or field_name not in stored:
+            continue
+        old = stored[field_name]
+        if field_name == "env":
+            old, value = sorted(old or {}), sorted(value or {})
+        if field_name == "config" and isinstance(old, dict) and isinstance(value, dict):
+            for k in sorted(set(old) | set(value), key=str):
+                if old.get(k, _MISSING) != value.get(k, _MISSING):
+                    out.append(
+                        f"config.{k}: {_short(old.get(k, _MISSING))} -> "
+                        f"{_short(value.get(k, _MISSING))}"
+                    )
+        elif old != value:
+            out.append(f"{field_name}: {_short(old)} -> {_short(value)}")
+    return out
+
+
+_MISSING = "(not set)"
+
+
+def _short(value: Any) -> str:
+    text = value if value == _MISSING else json.dumps(value, default=str)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
 def prepare_job(

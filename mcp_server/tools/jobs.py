@@ -135,7 +135,8 @@ def launch_job(
         **extra,
     }
     spec = {k: v for k, v in given.items() if v is not None}
-    return job_reply(client, client.launch(spec, dry_run=dry_run))
+    # strict: a dry run whose command would not start is an error an agent cannot miss
+    return job_reply(client, client.launch(spec, dry_run=dry_run, strict=True))
 
 
 def get_job(client: Client, job_id: JobId, metric: MetricName = None) -> JobReply:

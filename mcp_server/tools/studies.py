@@ -59,6 +59,14 @@ def _study_call(name: str, *args: Any, **kwargs: Any) -> StudyReply:
         raise _not_text(exc) from None
 
 
+def trial_patch(study: str, trial: int) -> str:
+    """A study trial's code as patches from the study's base, root first (a resource's text)."""
+    try:
+        return str(_study_api().trial_patch(study, trial))
+    except UnicodeDecodeError as exc:
+        raise _not_text(exc) from None
+
+
 def _study_reply(result: Any) -> StudyReply:
     return StudyReply.model_validate(json.loads(json.dumps(result, default=str)))
 
@@ -80,7 +88,8 @@ def start_study(
     resume: Annotated[bool, Field(description="continue a study that was stopped")] = False,
 ) -> StudyReply:
     """Start a study in the background (trials within its budgets). Keys: name, command,
-    search_space, objective, budget, base_config, noise; all in resource air://docs/study."""
+    search_space, objective, budget, base_config, noise, code (files the LLM may patch);
+    all in resource air://docs/study."""
     if (study_file is None) == (study is None):
         raise InvalidInput(
             "give exactly one of study_file and study",
@@ -136,8 +145,9 @@ def suggest_trials(
     ],
     n: Annotated[int, Field(ge=1, le=32, description="how many trials to propose")] = 1,
 ) -> StudyReply:
-    """The study's proposer's next n config diffs (with why), not run: launch the ones you
-    like with launch_job. An LLM proposer spends the study's llm_usd."""
+    """The study's proposer's next n config diffs (with why; in a code study, patches on a
+    parent trial), not run: launch the ones you like with launch_job. An LLM proposer spends
+    the study's llm_usd."""
     return _study_call("suggest_trials", study, n=n)
 
 

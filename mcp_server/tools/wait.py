@@ -81,6 +81,9 @@ def wait_reply(
         else {}
     )
     jobs = [job_reply(client, i, scores.get(i.job_id)) for i in infos]
+    if metric:  # a round's leaderboard: the config and log path the agent launched with, and
+        # that get_job gives, are not repeated for every job (the round stays under 4 KB)
+        jobs = [j.model_copy(update={"config": None, "log_path": None}) for j in jobs]
     return WaitReply(done=done, timed_out=not done, jobs=jobs, metric=metric)
 
 

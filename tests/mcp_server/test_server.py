@@ -332,6 +332,7 @@ async def test_job_resources_and_the_research_prompt(server) -> None:
             "air://jobs/{job_id}/log",
             "air://jobs/{job_id}/code.patch",
             "air://jobs/{job_id}",
+            "air://studies/{study}/trials/{trial}/patch",
         }
         log = await mcp.read_resource(f"air://jobs/{job['job_id']}/log")
         assert log.contents[0].text == "hello log\n"  # type: ignore[union-attr]

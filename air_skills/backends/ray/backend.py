@@ -100,7 +100,9 @@ class RayBackend:
                 backend="ray",
                 project=spec.project or "default",
             )
-        existing = find_by_idempotency_key(store, spec.idempotency_key)
+        existing = find_by_idempotency_key(
+            store, spec.idempotency_key, spec.model_dump(mode="json")
+        )  # the same spec: its job; a different one: idempotency-conflict
         if existing is not None:
             return row_to_info(existing)
         # Upload first: a failed upload leaves no record behind, and the window between
