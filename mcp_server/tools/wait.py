@@ -19,6 +19,7 @@ from mcp_server.wording import job_not_found
 
 MAX_WAIT_S = 600.0
 PROGRESS_HEARTBEAT_S = 5.0
+LEADERBOARD_DROPS = ("config", "log_path", "code", "experiment_id")
 
 
 class WaitAborted(Exception):
@@ -81,9 +82,9 @@ def wait_reply(
         else {}
     )
     jobs = [job_reply(client, i, scores.get(i.job_id)) for i in infos]
-    if metric:  # a round's leaderboard: the config and log path the agent launched with, and
-        # that get_job gives, are not repeated for every job (the round stays under 4 KB)
-        jobs = [j.model_copy(update={"config": None, "log_path": None}) for j in jobs]
+    if metric:  # a round's leaderboard: what the agent launched with and get_job gives in full
+        # (config, log path, code snapshot) is not repeated for every job: the round < 4 KB
+        jobs = [j.model_copy(update=dict.fromkeys(LEADERBOARD_DROPS)) for j in jobs]
     return WaitReply(done=done, timed_out=not done, jobs=jobs, metric=metric)
 
 

@@ -42,14 +42,16 @@ def start_loop(
     *,
     crash_at: str | None = None,
     poll_s: float = 0.2,
+    resume: bool = False,
     **env: str,
 ) -> subprocess.Popen[bytes]:
     """`autoresearch run` as its own process; ``crash_at`` names the journal event right after
-    which it kills itself with SIGKILL (AIR_TEST_CRASH_AT); ``env`` adds variables."""
+    which it kills itself with SIGKILL (AIR_TEST_CRASH_AT); ``resume`` continues the study in
+    ``folder``; ``env`` adds variables."""
     extra = {**env, **({"AIR_TEST_CRASH_AT": crash_at} if crash_at else {})}
     cmd = [sys.executable, "-m", "autoresearch.cli", "run", str(study_file), "--dir", str(folder)]
     return subprocess.Popen(
-        [*cmd, "--poll-s", str(poll_s)],
+        [*cmd, "--poll-s", str(poll_s), *(["--resume"] if resume else [])],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,

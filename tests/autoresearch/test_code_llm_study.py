@@ -107,7 +107,8 @@ def test_resume_after_kill_keeps_patches_and_lineage(
     )
 
     for point in ("decision", "proposal"):
-        proc = start_loop(study_file, folder, crash_at=point, poll_s=POLL_S)
+        resume = point != "decision"
+        proc = start_loop(study_file, folder, crash_at=point, poll_s=POLL_S, resume=resume)
         try:
             assert proc.wait(timeout=120) == -signal.SIGKILL, proc.stderr.read().decode()
         finally:
