@@ -366,40 +366,11 @@ class Client:
     # --- GPUs ------------------------------------------------------------------------------------
 
     def gpus(self) -> list[GpuInfo]:
+        """This machine's GPUs: health, cordon and why, the jobs on each."""
+        from air_skills.gpu.inventory import gpu_table
+
         self.reconcile()
-        cordons = self.store.gpu_rows()
-        holders: dict[int, list[str]] = {}
-        held_by: dict[int, Any] = {}
-        for r in self.store.running_rows("local"):
-            for g in json.loads(r["gpus"]):
-                holders.setdefault(g, []).append(r["job_id"])
-                held_by[g] = r
-        out = []
-        devices = provider().devices()
-        # Health is the stored verdict (unhealthy from a failed check until uncordoned) or a
-        # critical fault that the check finds now.
-        failing: dict[int, list[str]] = {}
-        for f in provider().faults([d.index for d in devices]):
-            if f.critical and f.index >= 0:
-                failing.setdefault(f.index, []).append(f"{f.kind}: {f.detail}")
-        for d in devices:
-            c = cordons.get(d.index)
-            cordoned = bool(c and c["cordoned"])
-            now_failing = "; ".join(failing.get(d.index, [])) or None
-            out.append(
-                GpuInfo(
-                    index=d.index,
-                    name=d.name,
-                    memory_mb=d.memory_mb,
-                    health="unhealthy" if now_failing else (c["health"] if c else "ok"),
-                    cordoned=cordoned,
-                    reason=(c["reason"] if cordoned else None) or now_failing,
-                    job_ids=holders.get(d.index, []),
-                    project=held_by[d.index]["project"] if d.index in held_by else None,
-                    borrowing=bool(d.index in held_by and held_by[d.index]["borrowing"]),
-                )
-            )
-        return out
+        return gpu_table(self.store.gpu_rows(), self.store.running_rows("local"))
 
     def holders(self) -> dict[str, str]:
         """Each running job as `job-id (project)`, or `(project, borrowing)` beyond its quota."""

@@ -5,7 +5,11 @@ Strict pydantic v2 models: unknown fields are refused, and every problem is repo
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
 import shlex
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar
@@ -15,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -34,6 +39,10 @@ MAX_CONFIG_DEPTH = 200
 Priority = Literal["low", "normal", "high"]
 FailureKind = Literal["user", "infra"]
 Backend = Literal["local", "ray"]
+# Validation context for a spec read back from a record: checks of this machine are skipped.
+STORED = {"stored": True}
+# A Python interpreter's name: its gang runs torchrun under it (as runtime/gang.is_python says).
+_PYTHON = re.compile(r"^python[0-9.]*$")
 
 
 def split_command(value: Any) -> Any:
@@ -232,7 +241,7 @@ class JobSpec(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _check_gang(self) -> JobSpec:
+    def _check_gang(self, info: ValidationInfo) -> JobSpec:
         if self.procs == "gpu" and self.gpus < 1:
             raise _refused(
                 "procs_gpu",
@@ -244,6 +253,20 @@ class JobSpec(_Strict):
                 "nodes > 1 needs a cluster: the local backend runs on this machine only;"
                 " use backend 'ray'",
             )
+        stored = bool(info.context and info.context.get("stored"))  # a record read back
+        if (
+            not stored
+            and self.procs_per_node() > 1
+            and not _PYTHON.match(os.path.basename(self.command[0]))
+        ):
+            if importlib.util.find_spec("torch") is None:
+                raise _refused(
+                    "procs_torch",
+                    f"procs > 1 runs {self.command[0]!r} (not a Python script) under torchrun"
+                    f" with AIR's own Python ({sys.executable}), which cannot import torch:"
+                    " pip install 'air-skills[torch]', or run a Python script (`python"
+                    " train.py`) whose interpreter has torch",
+                )
         return self
 
     def procs_per_node(self) -> int:

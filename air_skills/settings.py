@@ -186,6 +186,14 @@ _TABLE = (
         " air_skills/runtime/faults.py) or a journal event of the autoresearch loop",
         default_text="unset: never",
     ),
+    # --- internal: set by the toolkit for its own processes ------------------------------
+    Setting(
+        "AIR_GANG_PLAN", "str", None,
+        "internal (Ray, `nodes > 1`): the gang's plan as JSON, set by the launch for the gang"
+        " driver (`air_skills.backends.ray.gang_driver`), which unsets it before the ranks start;"
+        " never set it yourself",
+        default_text="unset",
+    ),
 )  # fmt: skip
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in _TABLE}
@@ -200,6 +208,12 @@ JOB_ENV: dict[str, str] = {
     "AIR_HOME": "the home the job was launched from",
     "AIR_CODE_DIGEST": "the digest of the job's code snapshot (unset with `code: live`)",
     "AIR_CONFIG_JSON": "Ray only: the config in transit; unset before the command runs",
+    "AIR_NUM_NODES": "Ray gangs (`nodes > 1`) only: how many nodes the gang spans",
+    "AIR_NODE_IPS": "Ray gangs (`nodes > 1`) only: the nodes' addresses, comma-separated, in"
+    " node-rank order (the first is the rendezvous' MASTER_ADDR)",
+    "AIR_NODE_RANK": "Ray gangs (`nodes > 1`) only: this node's rank, 0 to AIR_NUM_NODES - 1",
+    "AIR_TRIAL_JOB_DIR": "autoresearch evaluators only (not a job): the folder of the trial job"
+    " being evaluated; its checkpoints are in AIR_CHECKPOINT_DIR",
 }
 
 _PARSE: dict[str, Callable[[str], Any]] = {

@@ -42,12 +42,15 @@ def start_study(
     resume: bool = False,
     background: bool = True,
     poll_s: float = 0.25,
+    prior_jobs: list[str] | None = None,
 ) -> dict[str, Any]:
     """Start (or resume) a study from a study file, a study folder or an inline dict.
 
     In the background (default) the loop runs as its own process, logging to
     ``<study_dir>/loop.log``, and this returns as soon as it has started; otherwise it runs
     here until a budget is spent. Returns the study's state as ``get_study`` gives it.
+    ``prior_jobs``: job ids already run by hand; they join a new study's history as trials
+    (one that ran the base config is its baseline, not run again): autoresearch/prior.py.
     """
     source_dir = Path(study) if isinstance(study, str | Path) and Path(study).is_dir() else None
     if source_dir is not None and (alive := loop_alive(source_dir)):
@@ -73,6 +76,8 @@ def start_study(
             hint="pass resume=true to continue it, or use another name or study_dir",
             study_dir=str(folder),
         )
+    if prior_jobs:
+        resume = _journal_prior(folder, parsed, prior_jobs, resume)
     if not background:
         from autoresearch.loop import StudyLoop
 
@@ -131,6 +136,22 @@ def start_study(
     return out
 
 
+def _journal_prior(folder: Path, study: Study, prior_jobs: list[str], resume: bool) -> bool:
+    """Journal the prior jobs as a new study's first trials; the loop then carries on from
+    that journal (returns the ``resume`` to start it with)."""
+    if resume:
+        raise InvalidInput(
+            "prior_jobs join a new study's history; a resumed study keeps its own",
+            hint="start a new study with prior_jobs, or resume without them",
+        )
+    from air_skills.client import Client
+    from autoresearch.prior import journal_prior
+
+    folder.mkdir(parents=True, exist_ok=True)
+    journal_prior(folder, study, prior_jobs, Client())
+    return True
+
+
 def study_folder(study: str | Path) -> Path:
     """A study folder given as a path, or as a study's name (./studies/<name>)."""
     folder = Path(study).expanduser().resolve()
@@ -148,11 +169,16 @@ def get_study(study_dir: str | Path) -> dict[str, Any]:
     return summarize(folder, study, state)
 
 
-def suggest_trials(study_dir_or_file: str | Path | dict[str, Any], n: int = 1) -> dict[str, Any]:
+def suggest_trials(
+    study_dir_or_file: str | Path | dict[str, Any],
+    n: int = 1,
+    prior_jobs: list[str] | None = None,
+) -> dict[str, Any]:
     """The proposer's next ``n`` diffs for a study, without running them.
 
     With a study folder the proposer sees the study's whole history (and LLM costs are
     journaled against its budget); with a study file or dict it proposes from no history.
+    ``prior_jobs`` (job ids run by hand) join that history, with their objectives.
     """
     from autoresearch.loop import build_request
     from autoresearch.proposers import make_proposer, suggest
@@ -171,6 +197,11 @@ def suggest_trials(study_dir_or_file: str | Path | dict[str, Any], n: int = 1) -
                 raise NotFound(f"no study in {folder}", hint="give a study folder or a study file")
             source = folder / STUDY_FILE
         study, state = load_study(source), StudyState()
+    if prior_jobs:
+        from air_skills.client import Client
+        from autoresearch.prior import with_prior
+
+        state = with_prior(state, study, prior_jobs, Client())
     proposer = make_proposer(study.proposer)
     code = _code_base(study, state)
     result = suggest(proposer, build_request(study, state, n, purpose="suggest", code=code))

@@ -292,7 +292,8 @@ class StudyLoop(TrialLauncher, TrialWatch):
         slots -= launched
         study = self.study
         while slots > 0 and 0 not in self.state.trials:
-            self._propose_fixed("baseline", {}, study.base_config, "the base config")
+            # Trial 0 even when prior jobs (api.start_study's prior_jobs) took the next numbers.
+            self._propose_fixed("baseline", {}, study.base_config, "the base config", number=0)
             self._launch(self.state.trials[0])
             launched, slots = launched + 1, slots - 1
         noise_done = sum(1 for t in self.state.trials.values() if t.source == "noise")
@@ -329,8 +330,10 @@ class StudyLoop(TrialLauncher, TrialWatch):
             self.soft_stop = "search space exhausted"
         return launched
 
-    def _propose_fixed(self, source: str, diff: dict, config: dict, why: str) -> int:
-        number = self.state.next_number
+    def _propose_fixed(
+        self, source: str, diff: dict, config: dict, why: str, number: int | None = None
+    ) -> int:
+        number = self.state.next_number if number is None else number
         self.emit("proposal", trial=number, source=source, diff=diff, config=config, rationale=why)
         return number
 

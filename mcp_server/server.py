@@ -37,7 +37,7 @@ from mcp_server.http import (
 )
 from mcp_server.render import clean_output, reply_json
 from mcp_server.stdio import serve_stdio
-from mcp_server.waiting import wait_tool
+from mcp_server.waiting import study_wait_tool, wait_tool
 from mcp_server.wording import bad_arguments, error_text
 
 log = logging.getLogger("air_mcp")
@@ -132,7 +132,7 @@ def build_server(client: Client | None = None) -> AirMCPServer:
         plain_tool(tools.list_gpus, client, READ_ONLY, "List GPUs"),
         plain_tool(tools.start_study, client, STUDY_WRITE, "Start a study"),
         plain_tool(tools.get_study, client, STUDY_READ, "Get a study"),
-        plain_tool(tools.wait_for_study, client, STUDY_READ, "Wait for a study"),
+        study_wait_tool(client, STUDY_READ),
         plain_tool(tools.suggest_trials, client, STUDY_WRITE, "Suggest trials"),
         plain_tool(tools.stop_study, client, STUDY_STOP, "Stop a study"),
     ]

@@ -1,4 +1,5 @@
-"""wait_for_jobs as an async MCP tool: it sleeps on the event loop, not on a worker thread.
+"""wait_for_jobs and wait_for_study as async MCP tools: they sleep on the event loop, not on a
+worker thread.
 
 The SDK runs every synchronous tool on anyio's shared pool of 40 threads. A wait that blocked
 one of them for minutes let 40 legitimate waits starve every other tool (cancel_job included).
@@ -27,8 +28,9 @@ from air_skills.client import Client
 from air_skills.errors import AirError
 from mcp_server import tools
 from mcp_server.adapter import describe, error_result, forbid_extra, ok_result
-from mcp_server.render import render_wait
-from mcp_server.schemas import WaitReply
+from mcp_server.render import render_reply, render_wait
+from mcp_server.schemas import StudyReply, WaitReply
+from mcp_server.tools.studies import STUDY_POLL_S, study_look, study_moved, study_waited
 from mcp_server.tools.wait import WaitProgress, wait_check, wait_is_over, wait_reply
 
 MAX_WAITS_PER_SESSION = 64
@@ -73,7 +75,10 @@ async def wait_async(
 class WaitSlots:
     """Counts the waits in progress, per session and in all; refuses one beyond either cap."""
 
-    def __init__(self, cap: int | None = None, total: int | None = None) -> None:
+    def __init__(
+        self, cap: int | None = None, total: int | None = None, tool: str = "wait_for_jobs"
+    ) -> None:
+        self.tool = tool
         self.cap = cap or MAX_WAITS_PER_SESSION
         self.total = total or MAX_WAITS_IN_ALL
         self._held: Counter[str | None] = Counter()
@@ -84,7 +89,7 @@ class WaitSlots:
         if self._held[key] >= self.cap or sum(self._held.values()) >= self.total:
             held = self._held[key] if self._held[key] >= self.cap else sum(self._held.values())
             raise AirError(
-                f"{held} wait_for_jobs calls are already in progress"
+                f"{held} {self.tool} calls are already in progress"
                 + (" in this session" if self._held[key] >= self.cap else " on this server"),
                 code="too-many-waits",
                 hint="wait for several jobs in one call (job_ids takes up to 100), or let a"
@@ -144,6 +149,57 @@ def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
         name="wait_for_jobs",
         title="Wait for jobs",
         description=describe(tools.wait_for_jobs),
+        annotations=annotations,
+    )
+    return forbid_extra(tool)
+
+
+async def wait_study_async(
+    study: str, timeout_s: float, limiter: anyio.CapacityLimiter
+) -> StudyReply:
+    """Wait until a trial of the study ends or the study stops, without holding a thread."""
+    first = now = await anyio.to_thread.run_sync(study_look, study, limiter=limiter)
+    deadline = time.monotonic() + timeout_s
+    while not study_moved(first, now):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        await anyio.sleep(min(STUDY_POLL_S, left))
+        now = await anyio.to_thread.run_sync(study_look, study, limiter=limiter)
+    return study_waited(first, now)
+
+
+def study_wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
+    """wait_for_study as a Tool: the schema of ``tools.wait_for_study``, a slot per wait."""
+    sig = inspect.signature(tools.wait_for_study, eval_str=True)
+    params = [p for n, p in sig.parameters.items() if n != "client"]
+    slots = WaitSlots(tool="wait_for_study")
+    pool: list[anyio.CapacityLimiter] = []  # made on first use: a limiter needs an event loop
+
+    async def call(ctx: Context, **kwargs: Any) -> CallToolResult:
+        if not pool:
+            pool.append(anyio.CapacityLimiter(CHECK_THREADS))
+        try:
+            with slots.take(_session_key(ctx)):
+                reply = await wait_study_async(
+                    kwargs["study"],
+                    kwargs.get("timeout_s", sig.parameters["timeout_s"].default),
+                    pool[0],
+                )
+        except AirError as exc:
+            return error_result(exc)
+        return ok_result(reply, render_reply("wait_for_study", reply))
+
+    ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*params, ctx_param], return_annotation=Annotated[CallToolResult, StudyReply]
+    )
+    call.__name__ = "wait_for_study"
+    tool = Tool.from_function(
+        call,
+        name="wait_for_study",
+        title="Wait for a study",
+        description=describe(tools.wait_for_study),
         annotations=annotations,
     )
     return forbid_extra(tool)

@@ -63,7 +63,7 @@ def _argv_as_list(problem: str) -> str:
     not split as the CLI splits it: the schema says argv, and quoting is the caller's to get
     right, not ours to guess."""
     if problem == "command: Input should be a valid list":
-        return 'command: give argv as a list, e.g. ["python", "train.py", "--lr", "3e-4"]'
+        return problem + ': give argv as a list, e.g. ["python", "train.py", "--lr", "3e-4"]'
     return problem
 
 

@@ -15,6 +15,8 @@ from air_skills.home import write_launch_env
 from air_skills.models import CodeInfo, JobInfo, JobSpec, JobStatus
 from air_skills.runtime import passes
 from air_skills.runtime.job_code import CodePlan, plan_code
+from air_skills.runtime.job_run import finish_unstarted
+from air_skills.runtime.launch_run import claim_run, give_back_run
 from air_skills.runtime.prepare import (
     LaunchContext,
     discard_prepared,
@@ -56,6 +58,7 @@ class LocalBackend:
             experiment=spec.experiment,
             tags={**spec.tags, **image_tags(image)},
             code=code,
+            run_later=True,  # the supervisor completes (or makes) the run: runtime/job_run.py
         )
         try:
             attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
@@ -69,6 +72,7 @@ class LocalBackend:
         decided = None
         # Queued and scheduled at once, in one transaction; the folder takes its name in it.
         with recording(self.runtime, job) as c:
+            claim_run(self.runtime, c, job)  # a spare run, pure SQLite: no MLflow here
             got, created = store.queue(
                 spec.model_dump(mode="json"),
                 job.job_id,
@@ -85,9 +89,13 @@ class LocalBackend:
                 store.set_code(c, job.job_id, job.code)
             if created:
                 decided = passes.run_pass(store, c, gpus, new_job=job.job_id)
+            else:
+                give_back_run(self.runtime, c, job)
         if decided is None:  # a concurrent caller with the same idempotency key won
             return self._info(got)
         passes.act_on_pass(store, decided)
+        if spec.track:
+            self.runtime.top_up_spares_soon()
         return self._info(job.job_id)
 
     def cancel(self, record: sqlite3.Row, reason: str, wait_s: float) -> JobInfo:
@@ -110,7 +118,7 @@ class LocalBackend:
             self._wait_ended(job_id, wait_s)
         elif current["run_id"]:  # no supervisor will end the run of a job that never started
             try:
-                self.runtime.tracker.finish_run(current["run_id"], JobStatus.CANCELLED.value, {})
+                finish_unstarted(self.runtime.home, current, JobStatus.CANCELLED.value)
             except Exception:  # the job is cancelled all the same; the run stays as it was
                 pass
         return self._info(job_id)

@@ -1,14 +1,14 @@
 """The ``air`` command: a thin layer over ``air_skills.Client``. Every command takes --json.
 
-The commands live by topic (``jobs``, ``gpus``, ``admin``); this module names them, in the
-order `air --help` lists them, and runs the app.
+The commands live by topic (``jobs``, ``results``, ``gpus``, ``admin``, ``code``); this module
+names them, in the order `air --help` lists them, and runs the app.
 """
 
 from __future__ import annotations
 
 import typer
 
-from air_skills.cli import admin, code, gpus, images, jobs
+from air_skills.cli import admin, code, gpus, images, jobs, results
 
 app = typer.Typer(
     help="AIR Skills: launch, watch and cancel ML jobs on GPUs.",
@@ -24,7 +24,14 @@ app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
 )(jobs.launch)
 app.command("ls")(jobs.ls)
-for command in (jobs.status, jobs.logs, jobs.metrics, jobs.compare, jobs.wait, jobs.cancel):
+for command in (
+    jobs.status,
+    results.logs,
+    results.metrics,
+    results.compare,
+    jobs.wait,
+    jobs.cancel,
+):
     app.command()(command)
 for command in (gpus.gpus, gpus.cordon, gpus.uncordon, gpus.doctor, jobs.ui, images.images):
     app.command()(command)

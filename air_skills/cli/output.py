@@ -42,7 +42,11 @@ def client() -> Any:
     """The Client, imported late: `air --help` and parsing errors stay fast."""
     from air_skills.client import Client
 
-    return Client()
+    client = Client()
+    # A launch keeps MLflow out of this short-lived process: it claims a spare run, or its
+    # supervisor makes the run (runtime/launch_run.py).
+    client.runtime.make_runs_here = False
+    return client
 
 
 def _dump(obj: Any) -> Any:

@@ -363,6 +363,9 @@ def reconcile(store: Store) -> int:
         # An orphaned command must not keep running on GPUs that we are about to hand out.
         if row["job_pid"] and proc.alive(row["job_pid"], row["job_start"]):
             proc.kill_group(row["job_pid"])
+        # Nor what left that group (torchrun's ranks, each in its own session): found by the
+        # attempt's AIR_JOB_ID and AIR_ATTEMPT, so a retry started meanwhile is spared.
+        proc.sweep_job(row["job_id"], row["attempts"])
         # Nor its container, which outlives the engine's client: removed by its job's name.
         image = container.load(job_dir(store.home, row["job_id"]))
         if image is not None:

@@ -1,5 +1,8 @@
 """Launch preparation shared by every backend: the job's folder, its MLflow run, dedupe, discard.
 
+The run itself is runtime/launch_run.py's (made here, over REST, claimed from the spares, or
+left to the supervisor).
+
 A job's folder is built under a temporary name and renamed into place inside the transaction
 that records the job (``recording``), so a launcher killed at any step leaves either a whole
 job or a crashed launch that runtime/orphans.py cleans up (see runtime/launch_intent.py).
@@ -15,15 +18,15 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import InvalidState, StoreError, TrackingUnavailable
+from air_skills.errors import InvalidState, StoreError
 from air_skills.home import default_home, ensure_home, job_dir
-from air_skills.runtime import launch_intent
+from air_skills.runtime import launch_intent, launch_run
 from air_skills.runtime.faults import crash_point
-from air_skills.runtime.job_code import DIFF_ARTIFACT, CodePlan, dirty_diff_of, materialize
+from air_skills.runtime.job_code import CodePlan, materialize
 from air_skills.runtime.store import Store, new_job_id
 
 
@@ -31,12 +34,26 @@ class LaunchContext:
     """What backends work over: the home folder, its store (one per thread), the tracker.
 
     Safe to share between threads; the tracker is made on first use (MLflow is slow to import).
+    ``make_runs_here``: with no spare run to claim, create the job's MLflow run in this process
+    (the Python API: a launch returns the run id); False keeps MLflow out of this process
+    (the CLI: a tracking server's run is made over REST, a sqlite one by the job's supervisor).
+    ``keep_spares``: a long-lived launcher (air-mcp, the loop) asks for spare runs and tops
+    them up itself, off the launch's path (runtime/spare_runs.py).
     """
 
-    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        make_runs_here: bool = True,
+        keep_spares: bool = False,
+    ) -> None:
         self.home = ensure_home(Path(home).expanduser() if home else default_home()).resolve()
         self._local = threading.local()
         self._tracker: Any = None
+        self.make_runs_here = make_runs_here
+        self.keep_spares = keep_spares
+        self._topping_up: threading.Thread | None = None
 
     @property
     def store(self) -> Store:
@@ -56,6 +73,27 @@ class LaunchContext:
     def job_dir(self, job_id: str) -> Path:
         return job_dir(self.home, job_id)
 
+    @property
+    def wants_spares(self) -> bool:
+        """Whether this process's launches ask for spare runs to be kept."""
+        return self.keep_spares or not self.make_runs_here
+
+    def top_up_spares_soon(self) -> None:
+        """With ``keep_spares``: top the spare runs up in a thread of this process, once
+        MLflow is loaded here (importing it from a second thread at once would break it)."""
+        import sys
+
+        if not self.keep_spares or "mlflow" not in sys.modules:
+            return
+        if self._topping_up is not None and self._topping_up.is_alive():
+            return
+        from air_skills.runtime.job_run import keep_spares
+
+        self._topping_up = threading.Thread(
+            target=keep_spares, args=(self.home, self.tracker), daemon=True
+        )
+        self._topping_up.start()
+
 
 @dataclass
 class PreparedJob:
@@ -73,6 +111,12 @@ class PreparedJob:
     experiment_id: str | None = None
     tracking_note: str | None = None
     code: dict[str, Any] | None = None  # the job's code info (a snapshot job), see job_code
+    # A run left to the supervisor (runtime/job_run.py): its tracking URI, and the spare runs
+    # found for it, one of which the queue transaction claims (runtime/spare_runs.py).
+    run_uri: str | None = None
+    run_experiment: str | None = None
+    spares: list[tuple[str, str]] = field(default_factory=list)
+    claimed: bool = False  # run_id is a spare claimed in the (uncommitted) queue transaction
 
     @property
     def log_path(self) -> Path:
@@ -158,6 +202,7 @@ def prepare_job(
     experiment: str | None = None,
     tags: dict[str, str] | None = None,
     code: CodePlan | None = None,
+    run_later: bool = False,
 ) -> PreparedJob:
     """The job's folder (config, data links, code view) and its MLflow run, before it is
     recorded.
@@ -167,6 +212,8 @@ def prepare_job(
     ``code`` is the checked snapshot (``job_code.plan_code``); its view is made here, so the
     command starts at once when the job is scheduled, and a failure leaves no job behind.
     The folder is built under a temporary name: record it with ``recording``.
+    ``run_later``: the backend's supervisor can complete or make the run (local jobs): the
+    launch then claims a spare run, or makes none here unless ``ctx.make_runs_here``.
     """
     data = list(data)
     job_id = new_job_id()
@@ -180,7 +227,8 @@ def prepare_job(
             _build_folder(ctx, job, config, data, code)
         crash_point("prepare:folder")
         if track:
-            _create_run(ctx, job, config, data, experiment, tags, code)
+            make = launch_run.plan_run if run_later else launch_run.create_run_here
+            make(ctx, job, config, data, experiment, tags, code)
             crash_point("prepare:run")
     except BaseException:
         discard_prepared(ctx, job)
@@ -204,36 +252,6 @@ def _build_folder(
         link_inputs(data, job.jdir / "data")
     if code is not None:
         job.code = materialize(ctx.home, code, job.jdir, final_dir=job.final_dir)
-
-
-def _create_run(
-    ctx: LaunchContext,
-    job: PreparedJob,
-    config: dict[str, Any],
-    data: list[Any],
-    experiment: str | None,
-    tags: dict[str, str] | None,
-    code: CodePlan | None,
-) -> None:
-    """The job's MLflow run (its id noted in the intent); tracking down is a note, not an error."""
-    run_tags = {**(tags or {}), **(code.tags() if code is not None else {})}
-    # Killed while the run is made, the launcher leaves a run the sweep finds by its tag.
-    launch_intent.write(ctx.home, job.job_id, run="creating")
-    try:
-        job.run_id, job.experiment_id = ctx.tracker.create_run(
-            job_id=job.job_id, name=job.name, experiment=experiment, config=config, tags=run_tags
-        )
-        crash_point("prepare:run-made")
-        launch_intent.write(ctx.home, job.job_id, run_id=job.run_id)
-        if data:
-            from air_skills.tracking.data import log_inputs
-
-            log_inputs(ctx.tracker, job.run_id, data)
-        diff = dirty_diff_of(code) if code is not None else ""
-        if diff:
-            ctx.tracker.log_text(job.run_id, diff, DIFF_ARTIFACT)
-    except TrackingUnavailable as exc:
-        job.tracking_note = f"tracking unavailable: {exc.message}"
 
 
 @contextmanager
@@ -270,7 +288,7 @@ def discard_prepared(ctx: LaunchContext, job: PreparedJob) -> None:
     """Remove a prepared job's folder and run (a failed launch, or a concurrent caller with
     its idempotency key won), then its intent: a crash midway is left for the sweep."""
     shutil.rmtree(job.jdir, ignore_errors=True)
-    if job.run_id:
+    if job.run_id and not job.claimed:  # a claimed spare went back with the rollback
         try:
             ctx.tracker.delete_run(job.run_id)
         except Exception:

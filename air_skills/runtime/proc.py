@@ -167,3 +167,58 @@ def sweep_descendants(spare: Collection[int] = (), rounds: int = 50) -> int:
                 pass
         time.sleep(0.01)
     return killed
+
+
+# --- a job's processes wherever they are: by the AIR_JOB_ID entry in their environment -------
+
+
+def _environ_has(pid: int, entries: Collection[bytes]) -> bool:
+    """Whether ``pid``'s initial environment holds every ``NAME=value`` of ``entries``; False
+    when it cannot be read (another user's process, gone, a zombie)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = b"\0" + f.read() + b"\0"
+    except OSError:
+        return False
+    return all(b"\0" + e + b"\0" in data for e in entries)
+
+
+def job_processes(
+    job_id: str, attempt: int | None = None, spare: Collection[int] = ()
+) -> list[int]:
+    """Live processes started for ``job_id`` (each carries ``AIR_JOB_ID=<id>``; with
+    ``attempt``, only that attempt's, by ``AIR_ATTEMPT``: a retry started meanwhile is spared),
+    found in one pass over /proc. Never this process, ``spare``, or a supervisor: one started
+    from inside a job inherits that job's AIR_JOB_ID in its own environment."""
+    entries = [f"AIR_JOB_ID={job_id}".encode()]
+    if attempt is not None:
+        entries.append(f"AIR_ATTEMPT={attempt}".encode())
+    found: list[int] = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        if pid == me or pid in spare or not _environ_has(pid, entries):
+            continue
+        st = _stat(pid)
+        if st is None or st[0] == "Z" or _is_supervisor(pid):
+            continue
+        found.append(pid)
+    return found
+
+
+def sweep_job(job_id: str, attempt: int | None = None, spare: Collection[int] = ()) -> int:
+    """SIGKILL every process of ``job_id`` (see job_processes); returns how many were killed.
+
+    The backstop for what the job's process group does not hold: torchrun starts each rank in
+    a session of its own, so a job whose supervisor is lost would otherwise leave its ranks.
+    """
+    killed = 0
+    for pid in job_processes(job_id, attempt, spare):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed

@@ -1,30 +1,18 @@
-"""A job's MLflow run at the ends of an attempt: warmed up at its start, ended at its exit."""
+"""A job's MLflow run at the end of an attempt: ended with the job's status and summary."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 import threading
-from pathlib import Path
 from typing import Any
 
+from air_skills.home import job_dir
+from air_skills.runtime.job_run import create_from_plan, drop_plan, job_uri, read_plan
 from air_skills.runtime.outcomes import Outcome
 from air_skills.runtime.store import Store
 from air_skills.runtime.summary_block import parse_summary, read_tail
 from air_skills.status import JobStatus
-
-
-def warm_mlflow(home: Path, row: Any) -> None:
-    """Import MLflow while the job runs, so ending the run at exit takes milliseconds.
-
-    The attempt tag says which start of the job the run's latest values come from.
-    """
-    try:
-        from air_skills.tracking.mlflow import MlflowTracker
-
-        MlflowTracker(home).set_attempt(row["run_id"], row["attempts"])
-    except Exception:
-        pass
 
 
 def end_run(
@@ -33,11 +21,11 @@ def end_run(
     spec: dict[str, Any],
     status: JobStatus,
     message: str,
-    warm: threading.Thread | None,
+    mlflow_ready: threading.Event | None,
 ) -> str:
     """End the MLflow run (with the summary block's values); returns the message to keep.
 
-    ``warm``: the thread running warm_mlflow, if any (waited for first).
+    ``mlflow_ready``: set when this process's MLflow warm-up (job_run.RunWork) is done.
     """
     values, bad = parse_summary(read_tail(row["log_path"]))
     if bad:
@@ -45,24 +33,27 @@ def end_run(
     run_id = row["run_id"]
     if not run_id and not spec.get("track", True):
         return message
-    if warm is not None:
+    if mlflow_ready is not None:
         # Importing MLflow from two threads at once breaks it: let the warm-up finish.
-        warm.join(timeout=60)
+        mlflow_ready.wait(timeout=60)
     try:
         from air_skills.tracking.mlflow import MlflowTracker
 
-        tracker = MlflowTracker(store.home)
+        jdir = job_dir(store.home, row["job_id"])
+        plan = read_plan(jdir)
         if not run_id:
-            # Tracking was down at launch: create the run now, when possible.
-            run_id, exp_id = tracker.create_run(
-                job_id=row["job_id"],
-                name=row["name"],
-                experiment=spec.get("experiment"),
-                config=spec.get("config") or {},
-                tags=spec.get("tags") or {},
-            )
+            # Tracking was down at launch (or when the job started): create the run now.
+            plan = plan or {
+                "name": row["name"],
+                "experiment": spec.get("experiment"),
+                "tags": spec.get("tags") or {},
+            }
+            run_id, exp_id = create_from_plan(store.home, row, plan)
             store.set_tracking(row["job_id"], run_id, exp_id)
-        tracker.finish_run(run_id, status.value, values)
+            drop_plan(jdir)
+        MlflowTracker(store.home, job_uri(store.home, jdir, plan)).finish_run(
+            run_id, status.value, values
+        )
     except Exception as exc:
         message += f" (MLflow run not ended: {str(exc)[:120]})"
     return message

@@ -82,10 +82,26 @@ CREATE TABLE IF NOT EXISTS idle_supervisors (
     start TEXT NOT NULL,
     since REAL NOT NULL
 );
+-- MLflow runs made ahead of time (runtime/spare_runs.py): a launch claims one, no MLflow needed.
+CREATE TABLE IF NOT EXISTS spare_runs (
+    run_id TEXT PRIMARY KEY,
+    uri TEXT NOT NULL,
+    experiment TEXT NOT NULL,
+    experiment_id TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS spare_runs_pool ON spare_runs(uri, experiment);
+-- The (tracking URI, experiment) pools that launches asked spares of, and when last.
+CREATE TABLE IF NOT EXISTS spare_pools (
+    uri TEXT NOT NULL,
+    experiment TEXT NOT NULL,
+    wanted_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS spare_pools_key ON spare_pools(uri, experiment);
 """
 
 
-SCHEMA_VERSION = 6  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 7  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

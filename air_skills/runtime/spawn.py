@@ -12,7 +12,7 @@ from typing import Any
 
 from air_skills.gpu.providers import provider
 from air_skills.home import job_dir
-from air_skills.runtime import proc
+from air_skills.runtime import job_run, proc
 from air_skills.runtime.launch_env import command_launch
 from air_skills.runtime.signals import POKE_SIGNAL, wait_exit
 
@@ -27,7 +27,10 @@ def prestart_launch(home: Path, row: sqlite3.Row) -> Any:
 
     The supervisor runs the preflight itself when there is anything to look at: a deep
     (torch) check asked for, or the quick check finding a fault or a problem with the check.
+    It also makes the job's MLflow run first when the launch left that to it (job_run.py).
     """
+    if job_run.is_pending(home, row):
+        return None
     spec = json.loads(row["spec"])
     gpus = json.loads(row["gpus"])
     # A retry after an infra failure may owe a deep check (runtime/nccl.py): the supervisor's.

@@ -4,7 +4,8 @@ Every state change is one ``BEGIN IMMEDIATE`` transaction through a named functi
 (``queue``, ``mark_running``, ``finish``, ``requeue``, ...). Terminal states are guarded by
 a conditional update: a write that would leave one changes nothing and reports False. The
 connection and its transactions are runtime/db.py's; the tables are runtime/schema.py's;
-GPU cordons, quotas, settings and idle supervisors are runtime/pool_store.py's.
+GPU cordons, quotas, settings and idle supervisors are runtime/pool_store.py's; spare
+MLflow runs are runtime/spare_store.py's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_folder_record, write_job_env
 from air_skills.runtime.estimates import job_class
 from air_skills.runtime.outcomes import Outcome
-from air_skills.runtime.pool_store import PoolStore
+from air_skills.runtime.spare_store import SpareStore
 from air_skills.status import PRIORITY_RANK, JobStatus
 
 TERMINAL = tuple(s.value for s in JobStatus if s.is_terminal())
@@ -32,7 +33,7 @@ def new_job_id() -> str:
     return "job-" + os.urandom(5).hex()
 
 
-class Store(PoolStore):
+class Store(SpareStore):
     """One connection to AIR_HOME's database; cheap to create, one per process or thread."""
 
     # --- jobs: creation and reads -------------------------------------------------------

@@ -14,7 +14,8 @@ the pass starts itself, so a stream of short jobs costs no interpreter boot per 
 none to run, it waits up to AIR_SUPERVISOR_LINGER_S as an idle supervisor: a pass that starts
 a job hands it over (POKE_SIGNAL), and the job starts without a process being created.
 A job runs in the environment it was launched from (its folder's env.json), whoever starts it.
-The waiting is runtime/idle.py's; what an exit means for the job is runtime/outcomes.py's.
+Waiting is runtime/idle.py's; what an exit means, outcomes.py's; the GPU checks,
+gpu_checks.py's; the MLflow run (made or completed beside the job), job_run.py's.
 """
 
 from __future__ import annotations
@@ -33,25 +34,26 @@ from typing import Any
 from air_skills import settings
 from air_skills.gpu.providers import GpuFault, provider
 from air_skills.home import job_dir
-from air_skills.runtime import container, gang, nccl, passes, proc, signals
+from air_skills.runtime import container, gang, gpu_checks, job_run, passes, proc, signals
+from air_skills.runtime.data_recheck import DataRecheck
 from air_skills.runtime.idle import wait_for_job
+from air_skills.runtime.job_run import RunWork
 from air_skills.runtime.launch_env import command_launch
 from air_skills.runtime.outcomes import AttemptEnd, InfraFailure, Outcome, classify, start_failed
-from air_skills.runtime.run_end import end_run, warm_mlflow
+from air_skills.runtime.run_end import end_run
 from air_skills.runtime.signals import POKE_SIGNAL, StartedChild
 from air_skills.runtime.spawn import prestart_launch
 from air_skills.runtime.store import Store
 
 GRACE_S = settings.get("AIR_GRACE_S")
 HEALTH_INTERVAL_S = settings.get("AIR_HEALTH_INTERVAL_S")
-# The end-of-job data re-check may take this long before the job's end is recorded without
-# it (the note follows): a replaced 20 GB input must not hold the job's GPUs while it is read.
-RECHECK_INLINE_S = 2.0
 POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll this often
 # POKE_SIGNAL arrived: read the state now. One flag for the process, so that a poke that comes
 # while one job hands over to the next is not lost (a stale one costs one read).
 _POKED = threading.Event()
 _CHILD_EXITED = threading.Event()  # SIGCHLD: a child ended (the job, or an adopted orphan)
+# The MLflow work of this process's jobs: joined before it exits (a spare run being made).
+_RUN_WORK: list[RunWork] = []
 
 
 # A command that ends within this time of its start is not put on record as running (its end
@@ -102,9 +104,8 @@ class Supervisor:
         self.infra_faults: list[GpuFault] = []
         self.image: container.ContainerJob | None = None  # a job run by a container engine
         self.timed_out = False
-        self._warm: threading.Thread | None = None
-        self._recheck: threading.Thread | None = None  # a data re-check still running
-        self._recheck_note: list[str] = []
+        self._warm: RunWork | None = None
+        self._recheck: DataRecheck | None = None
 
     # --- the whole life of one attempt ----------------------------------------------------
 
@@ -128,43 +129,27 @@ class Supervisor:
         self.gpus: list[int] = json.loads(row["gpus"])
         self.row = row
         if row["run_id"]:
-            self._warm = threading.Thread(target=warm_mlflow, args=(self.home, row), daemon=True)
-            self._warm.start()
+            self._run_work(row)
         self._attempt(row)
         started = self._commit()
-        self._recheck_data()
+        if self._recheck is not None:
+            self._recheck.finish(self.store, self.job_id)
         return started
 
-    def _start_recheck(self) -> str:
-        """Fingerprint the data inputs again (did they change while the job ran?); the note
-        for the job's message if that takes under RECHECK_INLINE_S, else "" and the note is
-        added once the job's end is recorded and its GPUs are free (_recheck_data)."""
-        if not self.spec.get("data"):
-            return ""
-        from air_skills.tracking.data import exit_note
+    def _run_work(self, row: Any) -> None:
+        """Start the job's MLflow work beside it (runtime/job_run.py)."""
+        self._warm = RunWork(self.home, row).start()
+        _RUN_WORK[:] = [w for w in _RUN_WORK if w.alive()] + [self._warm]
 
-        if self._warm is not None:  # exit_note may import MLflow: one thread at a time
-            self._warm.join(timeout=60)
-
-        def recheck() -> None:
-            self._recheck_note.append(exit_note(self.home, self.spec["data"], self.row["run_id"]))
-
-        thread = threading.Thread(target=recheck, daemon=True)
-        thread.start()
-        thread.join(RECHECK_INLINE_S)
-        if thread.is_alive():  # a large or replaced input: the GPUs are not held for it
-            self._recheck = thread
-            return ""
-        return "".join(self._recheck_note)
-
-    def _recheck_data(self) -> None:
-        """After the job's end is recorded: add the slow re-check's note to its message."""
-        if self._recheck is None:
-            return
-        self._recheck.join()
-        note = "".join(self._recheck_note)
-        if note:
-            self.store.append_message(self.job_id, note)
+    def _make_pending_run(self, row: Any) -> Any:
+        """A job launched without its run (no spare, sqlite): make it before the command
+        starts, so the job knows its run id from its first instruction."""
+        if not job_run.is_pending(self.home, row):
+            return row
+        self.row = row = job_run.make_pending_run(self.store, row)
+        if row["run_id"]:
+            self._run_work(row)  # MLflow is loaded: the attempt tag, then the spares
+        return row
 
     def _commit(self) -> Started | None:
         """Record the attempt's end and run a scheduling pass, in one transaction.
@@ -218,20 +203,11 @@ class Supervisor:
                 AttemptEnd(self.job_id, stop_request="cancel", stop_reason=row["stop_reason"])
             )
             return
-        checked = provider().faults(self.gpus) if self.gpus else []
-        for note in dict.fromkeys(f.detail for f in checked if f.index < 0):
-            self.store.event(self.job_id, "health-warning", f"GPU check problem: {note}")
-        faults = [f for f in checked if f.critical and f.index >= 0]
+        faults, check = gpu_checks.preflight(self.store, row, self.spec, self.gpus)
         if faults:
-            self._infra_failure(faults, "preflight")
+            self._infra_failure(faults, check)
             return
-        if self.gpus and (self.spec.get("deep_preflight") or self._after_nccl(row)):
-            from air_skills.gpu.deep_check import deep_preflight_faults
-
-            faults = deep_preflight_faults(self.gpus, self.row["log_path"])
-            if faults:
-                self._infra_failure(faults, "deep preflight")
-                return
+        row = self._make_pending_run(row)
         try:
             self.child = self._start()
         except OSError as exc:
@@ -240,12 +216,6 @@ class Supervisor:
         _record_command(self.store, self.job_id, self.child.pid, self.gpus)
         rc = self._watch()
         self._record_exit(rc)
-
-    def _after_nccl(self, row: Any) -> bool:
-        """Whether this attempt retries an NCCL failure: its GPUs get the deep check first."""
-        return row["failure_kind"] == "infra" and nccl.retry_after_nccl(
-            self.store.events(self.job_id)
-        )
 
     def _attempt_started(self, row: Any) -> None:
         """The spawner ran the quick preflight and started the command before we booted."""
@@ -358,6 +328,8 @@ class Supervisor:
         proc.kill_group(self.child.pid, signal.SIGKILL)
         if proc.is_subreaper():
             proc.sweep_descendants(spare=self.store.supervisor_pids())
+        else:  # no subreaper here: the attempt's processes are found by their environment
+            proc.sweep_job(self.job_id, self.row["attempts"])
         if isinstance(engine_end, Outcome):  # the image lacks the command (126, 127)
             self._record(engine_end)
             return
@@ -396,17 +368,7 @@ class Supervisor:
         self._end(AttemptEnd(self.job_id, infra=infra, infra_retries=row["infra_retries"]))
 
     def _cordon(self, faults: list[GpuFault], when: str) -> InfraFailure | None:
-        """Cordon the faulty GPUs; the infra failure that they make, or None without faults."""
-        if not faults:
-            return None
-        detail = "; ".join(f.describe() for f in faults)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        for idx in sorted({f.index for f in faults}):
-            reason = "; ".join(f"{f.kind}: {f.detail}" for f in faults if f.index == idx)
-            self.store.cordon(
-                idx, f"{reason} ({when}, job {self.job_id}, {stamp})", health="unhealthy"
-            )
-        return InfraFailure(f"GPU fault {when} ({detail})", "gpu")
+        return gpu_checks.cordon(self.store, self.job_id, faults, when)
 
     def _end(self, end: AttemptEnd) -> None:
         """Classify the attempt's end (outcomes.py) and keep it for _commit to record."""
@@ -416,8 +378,10 @@ class Supervisor:
         """Keep the outcome for _commit; a job that ends gets its data and MLflow notes first."""
         if outcome.action == "finish":
             assert outcome.status is not None
-            message = outcome.message + self._start_recheck()
-            message = end_run(self.store, self.row, self.spec, outcome.status, message, self._warm)
+            ready = self._warm.ready if self._warm is not None else None
+            self._recheck = DataRecheck(self.home, self.spec, self.row["run_id"])
+            message = outcome.message + self._recheck.start(ready)
+            message = end_run(self.store, self.row, self.spec, outcome.status, message, ready)
             outcome = Outcome(
                 "finish",
                 message,
@@ -464,6 +428,8 @@ def main(argv: list[str] | None = None) -> None:
                 break
             sup = Supervisor(home, given["job_id"], store, started=Started(given))
     finally:
+        for work in _RUN_WORK:  # a spare run half made would be lost to the pool
+            work.join(30)
         store.close()
 
 

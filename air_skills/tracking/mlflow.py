@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,8 @@ from air_skills.errors import NotFound, TrackingUnavailable, UnknownMetric
 from air_skills.tracking.sqlite_store import ensure_store, sqlite_path
 
 DEFAULT_EXPERIMENT = "air-default"
+_CLIENT_LOCK = threading.Lock()  # one MLflow import and store check at a time
+SPARE_TAG = "air.spare"  # a run made ahead of its job (runtime/spare_runs.py), not yet given
 RUN_STATUS = {
     "SUCCEEDED": "FINISHED",
     "FAILED": "FAILED",
@@ -46,33 +49,40 @@ def _init_lock(home: Path, uri: str) -> Iterator[None]:
 class MlflowTracker:
     """The MLflow side of jobs: experiments, runs, summary values, metric reads."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, uri: str | None = None) -> None:
+        """``uri``: the tracking URI a job was launched with (default: this process's)."""
         self.home = home
-        self.uri = tracking_uri(home)
+        self.uri = uri or tracking_uri(home)
         self._client: Any = None
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._check_server()
-            try:
-                from mlflow.tracking import MlflowClient
-
-                with _init_lock(self.home, self.uri):
-                    path = sqlite_path(self.uri)
-                    if path is not None:  # built aside, renamed into place (see sqlite_store)
-                        ensure_store(path)
-                    client = MlflowClient(tracking_uri=self.uri)
-                    client.search_experiments(max_results=1)  # touches the store for real
-            except TrackingUnavailable:
-                raise
-            except Exception as exc:
-                raise TrackingUnavailable(
-                    f"MLflow store {self.shown_uri()} unavailable: {_short(exc)}",
-                    hint="check MLFLOW_TRACKING_URI (or unset it to use AIR_HOME's sqlite store)",
-                ) from None
-            self._client = client
+            with _CLIENT_LOCK:  # a thread topping up spares may ask at the same time
+                if self._client is None:
+                    self._client = self._make_client()
         return self._client
+
+    def _make_client(self) -> Any:
+        """MlflowClient on a store checked to work (a sqlite one built first if needed)."""
+        self._check_server()
+        try:
+            from mlflow.tracking import MlflowClient
+
+            with _init_lock(self.home, self.uri):
+                path = sqlite_path(self.uri)
+                if path is not None:  # built aside, renamed into place (see sqlite_store)
+                    ensure_store(path)
+                client = MlflowClient(tracking_uri=self.uri)
+                client.search_experiments(max_results=1)  # touches the store for real
+        except TrackingUnavailable:
+            raise
+        except Exception as exc:
+            raise TrackingUnavailable(
+                f"MLflow store {self.shown_uri()} unavailable: {_short(exc)}",
+                hint="check MLFLOW_TRACKING_URI (or unset it to use AIR_HOME's sqlite store)",
+            ) from None
+        return client
 
     def _check_server(self) -> None:
         """Fail fast on a tracking server that is down (MLflow itself retries for minutes)."""
@@ -146,6 +156,37 @@ class MlflowTracker:
                 f"cannot create the MLflow run: {_short(exc)}",
                 hint="the job runs without a run; check the tracking store",
             ) from None
+
+    def create_spare(self, experiment: str) -> tuple[str, str]:
+        """A RUNNING run made ahead of any job (runtime/spare_runs.py); (run_id, exp_id)."""
+        exp_id = self.experiment_id(experiment)
+        run = self.client.create_run(exp_id, tags={SPARE_TAG: "1"}, run_name="air-spare")
+        return run.info.run_id, exp_id
+
+    def fill_run(
+        self, run_id: str, *, name: str, config: dict[str, Any], tags: dict[str, str]
+    ) -> None:
+        """Give a run made ahead (a spare, or one made over REST) its job's name, tags and
+        params. The job may have logged params of its own already: a clash leaves its value."""
+        from mlflow.entities import Param, RunTag
+
+        self.client.update_run(run_id, name=name)
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        try:
+            self.client.delete_tag(run_id, SPARE_TAG)
+        except Exception:
+            pass  # not a spare (made over REST): no such tag
+        params = [Param(k, _param_value(v)) for k, v in flatten(config).items()]
+        for i in range(0, len(params), 100):
+            chunk = params[i : i + 100]
+            try:
+                self.client.log_batch(run_id, params=chunk)
+            except Exception:  # one clashing key fails the batch: the others one by one
+                for param in chunk:
+                    try:
+                        self.client.log_param(run_id, param.key, param.value)
+                    except Exception:
+                        pass
 
     def set_attempt(self, run_id: str, attempt: int) -> None:
         self.client.set_tag(run_id, "air.attempt", str(attempt))

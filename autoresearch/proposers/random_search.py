@@ -30,7 +30,8 @@ class RandomProposer(Proposer):
                 key = config_key(study, study.config_for(diff))
                 if key not in taken:
                     taken[key] = "this batch"
-                    out.append(Proposal(diff=diff, source=self.name))
+                    why = "random: exploration (a uniform draw from the search space)"
+                    out.append(Proposal(diff=diff, source=self.name, rationale=why))
                     break
             else:
                 return ProposalResult(out, fallback_reason="no unused config found")

@@ -1,10 +1,7 @@
 """Optuna's TPE, used ask/tell-style on an in-memory study rebuilt from the history each call.
 
-The first ``n_startup_trials`` configs are scrambled Sobol points (indexed by the history's
-length, so a resumed loop picks the same ones): on ``bench/search.py`` they beat TPE's own
-random start. Then TPE: finished trials are told their objective, pruned ones their learning
-curve, and running or pending ones are added as RUNNING so that the constant-liar rule spreads
-a parallel batch out.
+Finished trials are told their objective, pruned ones their learning curve, and running or
+pending ones are added as RUNNING so that the constant-liar rule spreads a parallel batch out.
 """
 
 from __future__ import annotations
@@ -12,18 +9,15 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from dataclasses import replace
 from typing import Any
 
 from autoresearch.journal import Trial, TrialStatus
 from autoresearch.proposers.base import Proposal, ProposalRequest, ProposalResult, Proposer
 from autoresearch.proposers.random_search import RandomProposer
-from autoresearch.proposers.sobol import sobol_config
 from autoresearch.space import clean_diff, config_key
 from autoresearch.study_schema import FloatParam, IntParam, Study
 
 MAX_ASKS_PER_PROPOSAL = 8
-MAX_SOBOL_SKIPS = 16  # Sobol points skipped (already tried) before TPE takes over early
 
 
 def distributions(study: Study) -> dict[str, Any]:
@@ -60,8 +54,7 @@ def _params(config: dict[str, Any], dists: dict[str, Any]) -> tuple[dict, dict]:
 
 
 def default_startup(study: Study) -> int:
-    """8 start points, fewer on budgets under 16 (chosen on bench seeds 100-119)."""
-    return max(3, min(8, study.budget.trials // 2))
+    return max(3, min(10, study.budget.trials // 5))
 
 
 class TpeProposer(Proposer):
@@ -81,14 +74,16 @@ class TpeProposer(Proposer):
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
     def sampler(self, request: ProposalRequest) -> Any:
-        """The Optuna sampler for this call, seeded from the history's length."""
+        """The Optuna sampler for this call, seeded from the history's length. Optuna's
+        multivariate TPE as it comes: none of the variants tried on bench/search.py (a Sobol
+        start, consider_endpoints, gamma, n_ei_candidates, GP, local moves) beat it on held-out
+        seeds (bench/README.md)."""
         import optuna
 
         options = {
             "n_startup_trials": self.n_startup_trials or default_startup(request.study),
             "multivariate": True,
             "constant_liar": True,
-            "consider_endpoints": True,  # optima often sit at a range's end (bench/search.py)
             **self.sampler_options,
         }
         return optuna.samplers.TPESampler(seed=self._seed(request), **options)
@@ -136,38 +131,7 @@ class TpeProposer(Proposer):
             return create_trial(state=state.FAIL, params=params, distributions=used)
         return None
 
-    def start_points(self, request: ProposalRequest) -> list[Proposal]:
-        """Sobol points for the batch's places that fall inside the startup phase."""
-        study = request.study
-        startup = self.n_startup_trials or default_startup(study)
-        index = len(request.trials) + len(request.pending)
-        taken = request.taken()
-        out: list[Proposal] = []
-        wanted = min(request.n, max(0, startup - index))
-        for i in range(index, index + wanted + MAX_SOBOL_SKIPS):
-            if len(out) == wanted:
-                break
-            diff = clean_diff(study, sobol_config(study, self.seed, i))
-            key = config_key(study, study.config_for(diff))
-            if key not in taken:
-                taken[key] = "this batch"
-                out.append(Proposal(diff=diff, source=self.name))
-        return out
-
     def propose(self, request: ProposalRequest) -> ProposalResult:
-        start = self.start_points(request)
-        if len(start) == request.n:
-            return ProposalResult(start)
-        rest = replace(
-            request,
-            n=request.n - len(start),
-            pending=request.pending + tuple(p.diff for p in start),
-        )
-        result = self.propose_tpe(rest)
-        result.proposals[:0] = start
-        return result
-
-    def propose_tpe(self, request: ProposalRequest) -> ProposalResult:
         from optuna.trial import TrialState
 
         study = request.study
@@ -177,6 +141,7 @@ class TpeProposer(Proposer):
             ostudy = self.build(request)
             taken = request.taken()
             out: list[Proposal] = []
+            why = tpe_rationale(request, self.n_startup_trials or default_startup(study))
             for _ in range(request.n):
                 for _ask in range(MAX_ASKS_PER_PROPOSAL):
                     trial = ostudy.ask(dists)
@@ -184,10 +149,32 @@ class TpeProposer(Proposer):
                     key = config_key(study, study.config_for(diff))
                     if key not in taken:
                         taken[key] = "this batch"
-                        out.append(Proposal(diff=diff, source=self.name))
+                        out.append(Proposal(diff=diff, source=self.name, rationale=why))
                         break
                     ostudy.tell(trial, state=TrialState.FAIL)
                 else:
                     break
         reason = None if len(out) == request.n else "TPE kept proposing configs already tried"
         return ProposalResult(out, fallback_reason=reason)
+
+
+def tpe_rationale(request: ProposalRequest, startup: int) -> str:
+    """Why TPE proposes what it does, in one line: exploration during its ``startup``
+    trials (Optuna samples at random then), else sampling near the best trials so far."""
+    direction = request.study.objective.direction
+    done = [
+        t
+        for t in request.trials
+        if t.status == TrialStatus.SUCCEEDED and t.value is not None and math.isfinite(t.value)
+    ]
+    if not done or len(request.trials) < startup:
+        return (
+            f"TPE startup: exploration (random, {len(request.trials)} of {startup} trials"
+            " before TPE models the space)"
+        )
+    best = (min if direction == "minimize" else max)(done, key=lambda t: float(t.value or 0.0))
+    near = " ".join(f"{k}={v}" for k, v in best.diff.items())[:120] or "the base config"
+    return (
+        f"TPE: exploits the region of trial {best.number} (best so far, {best.value:.5g};"
+        f" {near}) from {len(done)} finished trial(s)"
+    )

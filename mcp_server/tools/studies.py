@@ -22,6 +22,10 @@ StudyDir = Annotated[
     str,
     Field(max_length=4096, description="the study folder (study_dir) or the study's name"),
 ]
+PriorJobs = Annotated[
+    list[Annotated[str, Field(max_length=200)]] | None,
+    Field(max_length=100, description="job ids run by hand: they join the history"),
+]
 MAX_STUDY_WAIT_S = 300.0
 STUDY_POLL_S = 1.0
 log = logging.getLogger("air_mcp")
@@ -86,6 +90,7 @@ def start_study(
         Field(max_length=4096, description="folder for its journal (default: studies/<name>)"),
     ] = None,
     resume: Annotated[bool, Field(description="continue a study that was stopped")] = False,
+    prior_jobs: PriorJobs = None,
 ) -> StudyReply:
     """Start a study in the background (trials within its budgets). Keys: name, command,
     search_space, objective, budget, base_config, noise, code (files the LLM may patch);
@@ -96,7 +101,8 @@ def start_study(
             hint="pass study_file='studies/x.yaml' or study={name:..., command:..., ...}",
         )
     source = study_file if study_file is not None else study
-    return _study_call("start_study", source, study_dir, resume=resume)
+    extra = {"prior_jobs": list(prior_jobs)} if prior_jobs else {}
+    return _study_call("start_study", source, study_dir, resume=resume, **extra)
 
 
 def get_study(client: Client, study: StudyDir) -> StudyReply:
@@ -114,16 +120,28 @@ def wait_for_study(
 ) -> StudyReply:
     """Wait until a trial of the study ends or the study stops (up to timeout_s); returns
     get_study's state, with `changed` false on a timeout."""
-    now = _study_call("get_study", study)
-    seen = _ended(now)
+    # (The MCP server runs the async twin in mcp_server.waiting, which holds no thread.)
+    first = now = study_look(study)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and getattr(now, "state", None) == "running":
+    while time.monotonic() < deadline and not study_moved(first, now):
         time.sleep(min(STUDY_POLL_S, max(0.0, deadline - time.monotonic())))
-        now = _study_call("get_study", study)
-        if _ended(now) != seen:
-            break
-    changed = _ended(now) != seen or getattr(now, "state", None) != "running"
-    return StudyReply.model_validate({**now.model_dump(), "changed": changed})
+        now = study_look(study)
+    return study_waited(first, now)
+
+
+def study_look(study: str) -> StudyReply:
+    """One look at a study (get_study's state): what a wait compares."""
+    return _study_call("get_study", study)
+
+
+def study_moved(first: StudyReply, now: StudyReply) -> bool:
+    """Whether a trial has ended since ``first``, or the study is not running (any more)."""
+    return _ended(now) != _ended(first) or getattr(now, "state", None) != "running"
+
+
+def study_waited(first: StudyReply, now: StudyReply) -> StudyReply:
+    """The wait's reply: ``now``, with ``changed`` saying whether the wait was over."""
+    return StudyReply.model_validate({**now.model_dump(), "changed": study_moved(first, now)})
 
 
 def _ended(state: StudyReply) -> int:
@@ -144,11 +162,13 @@ def suggest_trials(
         ),
     ],
     n: Annotated[int, Field(ge=1, le=32, description="how many trials to propose")] = 1,
+    prior_jobs: PriorJobs = None,
 ) -> StudyReply:
     """The study's proposer's next n config diffs (with why; in a code study, patches on a
     parent trial), not run: launch the ones you like with launch_job. An LLM proposer spends
     the study's llm_usd."""
-    return _study_call("suggest_trials", study, n=n)
+    extra = {"prior_jobs": list(prior_jobs)} if prior_jobs else {}
+    return _study_call("suggest_trials", study, n=n, **extra)
 
 
 def stop_study(

@@ -155,3 +155,40 @@ def test_logs_rank_filter(client: Client, tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["logs", info.job_id, "--rank", "1"])
     assert out.exit_code == 0, out.output
     assert out.output == "[rank1]: one\n[rank1]: [rank1]: two\n"
+
+
+def test_ranks_of_a_gang_whose_supervisor_died_are_ended(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from air_skills.runtime import proc
+
+    token = uuid.uuid4().hex
+    info = client.launch(gang_spec("hang", token))
+    log = lambda: client.logs(info.job_id, tail=None).text  # noqa: E731
+    wait_until(lambda: log().count(" sum ") == 2, timeout_s=90)
+    assert len(proc.job_processes(info.job_id)) >= 3  # torchrun and two ranks
+    row = client.store.row(info.job_id)
+    os.kill(row["supervisor_pid"], signal.SIGKILL)
+    wait_until(lambda: not proc.alive(row["supervisor_pid"], row["supervisor_start"]), 10)
+    # No retry: a retry's processes would carry the same AIR_JOB_ID.
+    monkeypatch.setenv("AIR_MAX_INFRA_RETRIES", "0")
+    client.list()  # reconciles: the lost supervisor's job is settled and its ranks ended
+    assert client.store.row(info.job_id)["status"] == "FAILED"
+    wait_until(lambda: not proc.job_processes(info.job_id), timeout_s=5)
+    assert not processes_with(token)
+
+
+def test_a_gang_of_a_non_python_command_needs_torch_here(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It runs under torchrun --no-python with AIR's interpreter, which must import torch.
+    monkeypatch.setitem(sys.modules, "torch", None)  # find_spec("torch") is then None
+    with pytest.raises(InvalidSpec) as err:
+        client.launch({"command": ["bash", "-c", "true"], "procs": 2, "track": False})
+    assert "pip install 'air-skills[torch]'" in err.value.message
+    assert client.list().items == []
+    # A Python command's gang runs torchrun under that Python: its own torch is what counts.
+    info = client.launch({"command": [PY, "-c", "pass"], "procs": 2, "track": False}, dry_run=True)
+    assert info.job_id == "dry-run"

@@ -133,3 +133,33 @@ def test_export_commits_the_winner_on_a_new_branch(study_home: Path, tmp_path: P
     assert "study code, trial 1: loss = 0.5" in show("log", "-1", "--format=%B", "air/winner")
     assert show("rev-parse", "--abbrev-ref", "HEAD").strip() == "main"
     assert (tree / "model.py").read_text() == MODEL and not show("status", "--porcelain")
+
+
+def test_get_study_gives_the_best_patch_and_mcp_serves_it(study_home: Path, tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client as McpClient
+
+    from autoresearch.api import get_study
+    from autoresearch.summary import patch_uri
+    from mcp_server.server import build_server
+
+    tree = make_tree(tmp_path / "tree")
+    folder = tmp_path / "my studies" / "code"
+    run(code_study(tree, budget={"trials": 2, "concurrency": 1}), folder,
+        [{"patch": scale_patch(0.5), "why": "halve"}])  # fmt: skip
+    best = get_study(folder)["best"]
+    assert best["trial"] == 1 and best["parent"] is None
+    assert best["patch_summary"] == {"files": {"model.py": [1, 1]}, "added": 1, "removed": 1}
+    assert best["patch_resource"] == patch_uri(folder.resolve(), 1)
+
+    async def read(uri: str) -> str:
+        async with McpClient(build_server()) as mcp:
+            try:
+                got = await mcp.read_resource(uri)
+            except Exception as exc:  # the resource's error, as the client sees it
+                return f"error: {exc}"
+            return got.contents[0].text  # type: ignore[union-attr]
+
+    assert anyio.run(read, best["patch_resource"]) == scale_patch(0.5)
+    assert "[not-found] no trial 9" in anyio.run(read, patch_uri(folder.resolve(), 9))

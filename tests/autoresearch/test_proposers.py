@@ -18,8 +18,7 @@ from autoresearch.proposers import (
     suggest,
 )
 from autoresearch.proposers.llm import LLMProposer
-from autoresearch.proposers.sobol import sobol_config
-from autoresearch.space import check_diff, clean_diff, config_key
+from autoresearch.space import check_diff, config_key
 from autoresearch.study import Study, parse_study
 
 SPACE = {
@@ -145,32 +144,6 @@ class TestTpeProposer(ProposerContract):
     @pytest.fixture
     def proposer(self) -> Any:
         return lambda study: TpeProposer(seed=3, n_startup_trials=2)
-
-
-class TestTpeSobolStart(ProposerContract):
-    """A startup phase longer than the history: every case goes through the Sobol points."""
-
-    @pytest.fixture
-    def proposer(self) -> Any:
-        return lambda study: TpeProposer(seed=3, n_startup_trials=10)
-
-
-def test_sobol_start_spreads_over_the_space() -> None:
-    """The first 8 points are the same for the same seed, inside the space, cover every
-    choice and both halves of every numeric axis (in log space for log axes)."""
-    study = make_study(budget={"trials": 20})
-    first = [sobol_config(study, 5, i) for i in range(8)]
-    assert first == [sobol_config(study, 5, i) for i in range(8)]
-    assert first != [sobol_config(study, 6, i) for i in range(8)]
-    for config in first:
-        assert check_diff(study, config, {})[1] == []
-    assert {c["act"] for c in first} == {"relu", "gelu", "tanh"}
-    assert {c["x"] < 0 for c in first} == {True, False}
-    assert {c["n"] <= 2 for c in first} == {True, False}  # 2 ~ the log midpoint of 1..8
-    proposals = suggest(TpeProposer(seed=5), ProposalRequest(study=study, trials=(), n=8))
-    assert [p.diff for p in proposals.proposals] == [
-        clean_diff(study, sobol_config(study, 5, i)) for i in range(8)
-    ]
 
 
 class TestLlmAnthropicProposer(ProposerContract):

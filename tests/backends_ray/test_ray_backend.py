@@ -289,3 +289,24 @@ def test_a_wrong_ray_token_is_refused_not_retried(
     error = json.loads(out.stdout)["error"]
     assert error["code"] == "backend-unavailable" and error["retryable"] is False
     assert "credentials" in error["message"] and "RAY_AUTH_TOKEN" in error["hint"]
+
+
+def test_a_ray_jobs_image_id_is_recorded_at_launch(
+    ray_client: Any, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image_id = "sha256:" + "ab" * 32
+    fake = tmp_path / "bin" / "podman"  # this machine's engine, as far as the launch asks
+    fake.parent.mkdir()
+    fake.write_text(
+        f'#!/bin/sh\n[ "$1 $2" = "image inspect" ] && echo {image_id} && exit 0\nexit 125\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.delenv("AIR_CONTAINER_ENGINE", raising=False)
+    info = ray_client.launch(
+        {"command": [PY, "hold.py", str(tmp_path / "never")], "workdir": str(workdir),
+         "backend": "ray", "track": False, "image": "localhost/air-none:1"}
+    )  # fmt: skip
+    assert info.image_digest == image_id
+    events = [e["message"] for e in ray_client.events(info.job_id) if e["kind"] == "image"]
+    assert events == [f"image localhost/air-none:1 is {image_id}"]

@@ -28,3 +28,40 @@ def test_the_ray_backend_uploads_the_snapshot(ray_client: Any, tmp_path: Path) -
         assert f"model says {value}" in ray_client.logs(info.job_id).text
     views = list((ray_client.home / "code" / "views").iterdir())
     assert len(views) == 2  # the snapshot once (first and its rerun), and the patched one
+
+
+# Says which snapshot it runs; fails its first attempt (the retry needs the snapshot again).
+DIGEST_THEN_FAIL = """\
+import os, sys
+print("digest", os.environ.get("AIR_CODE_DIGEST", "none"), flush=True)
+sys.exit(3 if os.environ["AIR_ATTEMPT"] == "1" else 0)
+"""
+
+
+def test_a_ray_job_gets_its_code_digest(ray_client: Any, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    info = ray_client.launch(
+        {"command": [PY, "-c", DIGEST_THEN_FAIL], "workdir": str(repo), "backend": "ray",
+         "track": False, "max_retries": 1}
+    )  # fmt: skip
+    assert info.code is not None
+    done = ray_client.wait([info.job_id], timeout_s=120)[0]
+    assert done.status.value == "SUCCEEDED", done.message
+    assert f"digest {info.code.digest}" in ray_client.logs(info.job_id, tail=None).text
+
+
+def test_a_retry_whose_snapshot_is_gone_fails_clearly(ray_client: Any, tmp_path: Path) -> None:
+    from air_skills.runtime.snapshot import manifest_path
+
+    repo = make_repo(tmp_path / "repo")
+    info = ray_client.launch(
+        {"command": [PY, "-c", DIGEST_THEN_FAIL], "workdir": str(repo), "backend": "ray",
+         "track": False, "max_retries": 1}
+    )  # fmt: skip
+    assert info.code is not None
+    manifest_path(ray_client.home, info.code.digest).unlink()  # as `air gc` would
+    done = ray_client.wait([info.job_id], timeout_s=45)[0]
+    assert done.status.value == "FAILED", done.message
+    assert done.failure_kind == "infra"
+    assert "the next attempt cannot be submitted" in done.message
+    assert "no longer stored" in done.message and "retry 1 of 1" in done.message

@@ -117,3 +117,59 @@ def test_config_command(air_home: Path) -> None:
         [*argv, "--backend", "slurm"], env=env, capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "[invalid-input]" in bad.stderr
+
+
+FAKE_ID = "sha256:" + "ab" * 32
+
+
+def _engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inspect: str | None) -> None:
+    """A stand-in `podman` alone on PATH: ``image inspect`` prints ``inspect`` (None: no such
+    image), and a pull fails (no registry here)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if inspect is not None:
+        answer = f'[ "$1 $2" = "image inspect" ] && echo {inspect} && exit 0'
+    else:
+        answer = '[ "$1 $2" = "image inspect" ] && echo "Error: no such image" >&2 && exit 1'
+    script = bin_dir / "podman"
+    script.write_text(f"#!/bin/sh\n{answer}\necho 'Error: no registry here' >&2\nexit 125\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("AIR_CONTAINER_ENGINE", raising=False)
+
+
+def test_ray_image_id_is_recorded_when_an_engine_here_has_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from air_skills.backends.ray.image import resolve_ray_image
+    from air_skills.models import JobSpec
+
+    spec = JobSpec(command=["python", "t.py"], image="localhost/train:1", backend="ray")
+    _engine(tmp_path, monkeypatch, FAKE_ID)
+    resolved, image, note = resolve_ray_image(spec)
+    assert resolved.image_digest == FAKE_ID and image is not None and image.image_id == FAKE_ID
+    assert note == f"image localhost/train:1 is {FAKE_ID}"
+    pinned = spec.model_copy(update={"image_digest": "cd" * 8})
+    with pytest.raises(InvalidInput) as err:  # a pin the image no longer has: refused
+        resolve_ray_image(pinned)
+    assert err.value.code == "image-digest-mismatch"
+
+
+@pytest.mark.parametrize("engine", [False, True])
+def test_ray_image_without_an_id_here_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: bool
+) -> None:
+    from air_skills.backends.ray.image import resolve_ray_image
+    from air_skills.models import JobSpec
+
+    spec = JobSpec(command=["python", "t.py"], image="localhost/train:1", backend="ray")
+    if engine:  # an engine that neither has the image nor can pull it
+        _engine(tmp_path, monkeypatch, None)
+    else:
+        monkeypatch.setenv("PATH", str(tmp_path))
+        monkeypatch.delenv("AIR_CONTAINER_ENGINE", raising=False)
+    resolved, image, note = resolve_ray_image(spec)
+    assert resolved.image_digest is None and image is None
+    assert note.startswith("image localhost/train:1: ID not recorded (")
+    assert note.endswith("Ray's nodes pull it by name")
+    assert ("could not be pulled" if engine else "no container engine found") in note

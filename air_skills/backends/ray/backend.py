@@ -27,10 +27,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from air_skills.backends.base import already_finished
+from air_skills.backends.images import image_tags
 from air_skills.backends.info import row_to_info
 from air_skills.backends.ray import gangs
 from air_skills.backends.ray import reconcile as reconciling
 from air_skills.backends.ray.cluster import ClusterView, cluster_view, num
+from air_skills.backends.ray.image import resolve_ray_image
 from air_skills.backends.ray.logs import sync_logs
 from air_skills.backends.ray.packaging import entrypoint, upload, working_dir_problem
 from air_skills.backends.ray.refs import job_lock, reread, split_ref, submission_id
@@ -45,7 +47,7 @@ from air_skills.backends.ray.sdk import (
 from air_skills.backends.ray.settle import finish
 from air_skills.backends.ray.submit import submit
 from air_skills.errors import BackendUnavailable, InsufficientGpus, InvalidSpec
-from air_skills.models import JobInfo, JobSpec
+from air_skills.models import STORED, JobInfo, JobSpec
 from air_skills.runtime.job_code import plan_code, ray_working_dir
 from air_skills.runtime.prepare import (
     LaunchContext,
@@ -105,6 +107,7 @@ class RayBackend:
         )  # the same spec: its job; a different one: idempotency-conflict
         if existing is not None:
             return row_to_info(existing)
+        spec, image, image_note = resolve_ray_image(spec)  # its ID as provenance, if known here
         # Upload first: a failed upload leaves no record behind, and the window between
         # recording the submission and Ray knowing it is one short request. A snapshot job
         # uploads its snapshot (one folder, so one package, per digest), never the live tree.
@@ -120,12 +123,13 @@ class RayBackend:
             data=spec.data,
             track=spec.track,
             experiment=spec.experiment,
-            tags={**spec.tags, "air.backend": "ray"},
+            tags={**spec.tags, "air.backend": "ray", **image_tags(image)},
             code=code,
         )
         job_id = job.job_id
         (job.jdir / "output.log").touch()  # renamed into place with its folder, see recording
-        note = f" ({job.tracking_note})" if job.tracking_note else ""
+        notes = [n for n in (job.tracking_note, image_note) if n]
+        note = f" ({'; '.join(notes)})" if notes else ""
         with recording(rt, job) as c:
             got, created = store.queue(
                 spec.model_dump(mode="json"),
@@ -144,6 +148,8 @@ class RayBackend:
         if not created:  # a concurrent caller with the same idempotency key won: discarded
             self.reconcile()
             return row_to_info(reread(store, got))
+        if image_note:  # kept as an event: the message changes as the job goes on
+            store.event(job_id, "image", image_note)
         row = reread(store, job_id)
         sid = submission_id(job_id, spec.idempotency_key)
         with job_lock(job.jdir):
@@ -264,7 +270,7 @@ class RayBackend:
             row = reread(store, job_id)
             if job is not None and str(job.status) in ("SUCCEEDED", "FAILED"):
                 sync_logs(row, ray=ray, final=True)
-                spec = JobSpec.model_validate_json(row["spec"])
+                spec = JobSpec.model_validate_json(row["spec"], context=STORED)
                 reconciling.settle_terminal(rt, ray, row, spec, job)
             elif job is None or str(job.status) == "STOPPED" or row["status"] == "QUEUED":
                 sync_logs(row, ray=ray, final=True)

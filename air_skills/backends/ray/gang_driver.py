@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from air_skills import settings
 from air_skills.backends.ray.gangs import NODE_DIED, NOT_PLACED
 from air_skills.runtime import gang, proc
 
@@ -90,7 +91,8 @@ def _node_argv(plan: dict[str, Any], i: int, master: str, port: int) -> list[str
 
 
 def main() -> int:
-    plan: dict[str, Any] = json.loads(os.environ.pop("AIR_GANG_PLAN"))
+    plan: dict[str, Any] = json.loads(settings.get("AIR_GANG_PLAN"))
+    del os.environ["AIR_GANG_PLAN"]  # the ranks' environment is the job's, without it
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

@@ -19,7 +19,7 @@ from air_skills.backends.ray.sdk import call, connect, env_address, short
 from air_skills.backends.ray.settle import finish, settle_gone
 from air_skills.backends.ray.submit import queued_message, submit
 from air_skills.errors import AirError
-from air_skills.models import JobSpec
+from air_skills.models import STORED, JobSpec
 from air_skills.runtime.code_source import ray_working_dir_of
 from air_skills.runtime.outcomes import (
     AttemptEnd,
@@ -117,7 +117,7 @@ def _apply(
         if job is None:
             return _settle_missing(rt, ray, row, sid)
         status = str(job.status)
-        spec = JobSpec.model_validate_json(row["spec"])
+        spec = JobSpec.model_validate_json(row["spec"], context=STORED)
         if status == "PENDING":
             message = queued_message(spec, sid or "?", cluster)
             if row["status"] == "QUEUED" and row["message"] != message:
@@ -292,6 +292,18 @@ def _resubmit(
     """Another attempt with the same id, run and checkpoint folder: a new Ray job."""
     job_id = row["job_id"]
     old_ref = row["backend_ref"]
+    try:
+        # A snapshot job's attempts all upload its snapshot, not the tree as it is now.
+        workdir = ray_working_dir_of(rt.home, job_id, row["code"]) or spec.workdir
+    except AirError as exc:  # the snapshot is gone (`air gc`): no attempt can run it again
+        return finish(
+            rt,
+            row,
+            JobStatus.FAILED,
+            f"FAILED (infra): the next attempt cannot be submitted: {exc.message} (it was to"
+            f" run again: {message.removeprefix('QUEUED: ')}). Next: {exc.hint}",
+            failure_kind="infra",
+        )
     with rt.store.tx() as c:
         if row["status"] == "QUEUED" and kind != "pending":
             rt.store.mark_running(c, job_id, [], spec.cpus or 1, False)
@@ -316,8 +328,6 @@ def _resubmit(
     with contextlib.suppress(AirError):
         cluster = cluster_view(ray)
     try:
-        # A snapshot job's attempts all upload its snapshot, not the tree as it is now.
-        workdir = ray_working_dir_of(rt.home, row["job_id"], row["code"]) or spec.workdir
         runtime_env: dict[str, Any] = {"working_dir": workdir}
         upload(ray, ray.get_address(), runtime_env)
         submit(rt, ray, row, spec, sid, cluster, runtime_env)

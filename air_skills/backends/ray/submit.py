@@ -53,6 +53,8 @@ def job_env(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    if row["code"]:  # a snapshot job: the digest of the code it runs, as a local job gets
+        env["AIR_CODE_DIGEST"] = json.loads(row["code"])["digest"]
     if row["run_id"]:
         from air_skills.tracking.mlflow import tracking_uri
 

@@ -1,0 +1,141 @@
+"""`air` result commands: a job's output (logs, --follow, --rank), its metrics, comparisons."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from air_skills.cli.output import (
+    JsonOpt,
+    check_range,
+    client,
+    emit_json,
+    err,
+    handle_errors,
+    info_line,
+    out,
+    plain,
+    say,
+    sparkline,
+)
+from air_skills.runtime.gang import filter_rank
+
+
+@handle_errors
+def logs(
+    job: str = typer.Argument(...),
+    tail: int = typer.Option(100, "--tail"),
+    follow: bool = typer.Option(False, "--follow", "-f"),
+    rank: Optional[int] = typer.Option(None, "--rank", help="only this rank's lines (a gang)"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Print a job's output (stdout and stderr)."""
+    check_range("--tail", tail, 0)
+    if rank is not None:
+        check_range("--rank", rank, 0)
+    c = client()
+    chunk = c.logs(job, tail=tail if rank is None else None)
+    if rank is not None:  # the ranks' lines are prefixed "[rankN]: " (runtime/gang.py)
+        lines = filter_rank(chunk.text, rank).splitlines(keepends=True)
+        chunk = chunk.model_copy(update={"text": "".join(lines[-tail:] if tail else [])})
+    if as_json and not follow:
+        emit_json(chunk)
+        return
+    sys.stdout.write(chunk.text)
+    sys.stdout.flush()
+    if follow:
+        follow_log(c, job, as_json, offset=chunk.next_offset, rank=rank)
+
+
+def follow_log(
+    c: Any, job_id: str, as_json: bool, offset: int = 0, rank: Optional[int] = None
+) -> None:
+    """Print the job's output as it comes until the job ends, then its status (line or JSON)."""
+    delay = 0.05
+    partial = ""  # with --rank: a line not yet ended, filtered once it is
+
+    def write(text: str) -> None:
+        nonlocal partial
+        if rank is not None:
+            done, sep, partial = (partial + text).rpartition("\n")
+            text = filter_rank(done + sep, rank)
+        sys.stdout.write(text)
+
+    while True:
+        chunk = c.logs(job_id, tail=None, offset=offset)
+        if chunk.text:
+            write(chunk.text)
+            sys.stdout.flush()
+            delay = 0.05
+        offset = chunk.next_offset
+        if chunk.truncated:
+            continue
+        info = c.get(job_id)
+        if info.status.is_terminal():
+            tail = c.logs(job_id, tail=None, offset=offset)
+            write(tail.text + ("\n" if rank is not None and partial else ""))
+            if as_json:
+                emit_json(info)
+            else:
+                say(err, info_line(info))
+            return
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+@handle_errors
+def metrics(
+    job: str = typer.Argument(...),
+    history: list[str] = typer.Option([], "--history", help="metric key(s) to show over steps"),
+    max_points: int = typer.Option(200, "--max-points"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Latest MLflow metrics of a job; --history KEY for their curve."""
+    check_range("--max-points", max_points, 1)
+    m = client().metrics(job, keys=history or None, history=bool(history), max_points=max_points)
+    if as_json:
+        emit_json(m)
+        return
+    t = Table(title=plain(f"{job}  run {m.run_id}"))
+    t.add_column("metric")
+    t.add_column("latest", justify="right")
+    for k, v in sorted(m.latest.items()):
+        t.add_row(plain(k), plain(f"{v:.6g}"))
+    out.print(t)
+    for key, points in m.history.items():
+        say(out, Text.assemble((key, "bold"), f" ({len(points)} points)"))
+        say(out, sparkline([p[1] for p in points]) + f"  {points[0][1]:.4g} → {points[-1][1]:.4g}")
+
+
+@handle_errors
+def compare(
+    jobs: list[str] = typer.Argument(...),
+    metric: Optional[str] = typer.Option(None, "--metric"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Compare jobs: config diff against the first, latest and best of a metric."""
+    table = client().compare(jobs, metric)
+    if as_json:
+        emit_json(table)
+        return
+    t = Table()
+    for col in ("job", "status", "diff vs first", "latest", "best", "step"):
+        t.add_column(col)
+    for row in table:
+        latest = row.get("latest")
+        cells = (
+            row["job_id"],
+            row["status"],
+            json.dumps(row["diff"]) if row["diff"] else "-",
+            f"{latest:.6g}" if isinstance(latest, float) else str(latest or "-"),
+            f"{row['best']:.6g}" if "best" in row else "-",
+            str(row.get("step", "-")),
+        )
+        t.add_row(*map(plain, cells))  # config values and statuses: never markup
+    out.print(t)
