@@ -54,9 +54,20 @@ def air(home: Path, *args: str, crash_at: str | None = None, cwd: Path | None = 
     )
 
 
+# A launch through the Python API, which makes the job's MLflow run in its own process (the
+# `air` CLI leaves it to the job's supervisor or claims a spare run: test_spare_runs.py).
+LAUNCHER = [
+    sys.executable,
+    "-c",
+    "import json; from air_skills import Client, JobSpec;"
+    " print(Client().launch(JobSpec(**json.load(open('job.yaml')))).model_dump_json())",
+]
+
+
 def launch_killed_at(home: Path, work: Path, step: str) -> None:
-    """`air launch` that dies (SIGKILL) at ``step``."""
-    proc = air(home, "launch", "--json", "job.yaml", crash_at=step, cwd=work)
+    """A launch that dies (SIGKILL) at ``step``."""
+    env = {**os.environ, "AIR_HOME": str(home), "AIR_TEST_CRASH_AT": step}
+    proc = subprocess.run(LAUNCHER, capture_output=True, text=True, timeout=120, env=env, cwd=work)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -148,9 +159,7 @@ def test_a_launch_killed_while_waiting_on_the_lock_leaves_nothing(
     try:
         env = {**os.environ, "AIR_HOME": str(air_home)}
         env.pop("AIR_TEST_CRASH_AT", None)
-        launcher = subprocess.Popen(
-            [AIR, "launch", "job.yaml"], cwd=work, env=env, stdout=subprocess.DEVNULL
-        )
+        launcher = subprocess.Popen(LAUNCHER, cwd=work, env=env, stdout=subprocess.DEVNULL)
         try:
             # The environment is the last thing written before the transaction.
             wait_until(lambda: list((air_home / "jobs").glob(".tmp-*/env.json")), timeout_s=60)

@@ -4,6 +4,8 @@ or made by its supervisor, and the job logs into it from its first metric either
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +155,21 @@ def test_cli_process_does_not_import_mlflow(air_home: Path, tmp_path: Path, argv
     assert "MLFLOW-NOT-LOADED" in out.stderr, out.stderr[-2000:]
     info = json.loads(out.stdout)
     assert info["run_id"] is None and info["job_id"]
+
+
+def test_a_launch_killed_before_its_commit_leaves_its_spare_in_the_pool(
+    air_home: Path, tmp_path: Path
+) -> None:
+    spares = set(make_spares(air_home, "air-default"))
+    code = (
+        "from air_skills import Client, JobSpec\n"
+        "c = Client(); c.runtime.make_runs_here = False\n"
+        "c.launch(JobSpec(command=['true'], code='live'))\n"
+    )
+    env = {**os.environ, "AIR_HOME": str(air_home), "AIR_TEST_CRASH_AT": "launch:placed"}
+    proc = subprocess.run([PY, "-c", code], env=env, capture_output=True, cwd=tmp_path)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-1000:]
+    client = cli_client(air_home)
+    left = {r["run_id"] for r in client.store.spare_candidates(client.tracker.uri, "air-default")}
+    assert left == spares  # the claim was rolled back with the transaction
+    assert client.store.rows() == []
