@@ -6,7 +6,6 @@ import functools
 import json
 import os
 import re
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from air_skills.errors import InvalidInput, InvalidSpec, InvalidState, NotFound
 from air_skills.gpu.providers import provider
 from air_skills.home import check_job_id
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
+from air_skills.polling import backoff
 from air_skills.runtime import passes as local
 from air_skills.runtime.launch_check import check_command, refuse
 from air_skills.runtime.log_read import BadOffset, read_log
@@ -324,21 +324,16 @@ class Client:
             raise InvalidInput("no job ids to wait for", hint="pass one or more job ids")
         for job_id in ids:
             self._row(job_id)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        delay = 0.02
-        while True:
+        infos: list[JobInfo] = []
+        for _ in backoff(timeout_s=timeout_s):
             self.reconcile()
             infos = [row_to_info(self._row(j)) for j in ids]
             if on_progress:
                 on_progress(infos)
             done = [i.status.is_terminal() for i in infos]
             if (any and True in done) or all(done):
-                return infos
-            if deadline is not None and time.monotonic() >= deadline:
-                return infos
-            sleep = delay if deadline is None else min(delay, max(0, deadline - time.monotonic()))
-            time.sleep(sleep)
-            delay = min(delay * 1.5, 0.5)
+                break
+        return infos  # ended, or the timeout passed
 
     # --- cancelling ----------------------------------------------------------------------------
 

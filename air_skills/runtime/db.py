@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import random
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Any, TypeVar
 
 from air_skills.errors import StoreError
 from air_skills.home import JOB_ID_RE, ensure_home, owner_only
+from air_skills.polling import backoff
 from air_skills.runtime.schema import SCHEMA_VERSION, migrate
 
 _T = TypeVar("_T")
@@ -131,21 +130,19 @@ class Database:
         fraction of a millisecond, so with many processes writing (a supervisor per job) the
         lock would sit idle while everyone sleeps. Gives up after BUSY_TIMEOUT_S.
         """
-        deadline: float | None = None
-        delay = 50e-6
-        while True:
+        error: sqlite3.OperationalError | None = None
+        for _ in backoff(
+            first_s=50e-6, factor=2.0, cap_s=1e-3, timeout_s=BUSY_TIMEOUT_S, jitter=True
+        ):
             try:
                 return attempt()
             except sqlite3.OperationalError as exc:
                 text = str(exc)
                 if "locked" not in text and "busy" not in text:
                     raise
-                now = time.monotonic()
-                deadline = deadline or now + BUSY_TIMEOUT_S
-                if now > deadline:
-                    raise
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 1e-3)
+                error = exc
+        assert error is not None  # the first poll ran before any deadline
+        raise error
 
     def read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         try:

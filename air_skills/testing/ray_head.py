@@ -8,9 +8,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from air_skills.polling import backoff
 
 
 def free_port() -> int:
@@ -97,16 +98,14 @@ class LocalRayHead:
         )
         out.close()
         self.address = f"http://127.0.0.1:{dash}"
-        deadline = time.monotonic() + timeout_s
-        delay = 0.2
-        while not self._ready():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = (Path(self.temp_dir) / "head.out").read_text(errors="replace")[-3000:]
-                self.stop()
-                raise RuntimeError(f"the Ray head did not come up:\n{tail}")
-            time.sleep(delay)
-            delay = min(delay * 1.5, 1.0)
-        return self.address
+        for _ in backoff(first_s=0.2, cap_s=1.0, timeout_s=timeout_s):
+            if self._ready():
+                return self.address
+            if self.proc.poll() is not None:
+                break
+        tail = (Path(self.temp_dir) / "head.out").read_text(errors="replace")[-3000:]
+        self.stop()
+        raise RuntimeError(f"the Ray head did not come up:\n{tail}")
 
     def _ready(self) -> bool:
         import urllib.request

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +47,7 @@ from air_skills.backends.ray.settle import finish
 from air_skills.backends.ray.submit import submit
 from air_skills.errors import BackendUnavailable, InsufficientGpus, InvalidSpec
 from air_skills.models import STORED, JobInfo, JobSpec
+from air_skills.polling import backoff
 from air_skills.runtime.job_code import plan_code, ray_working_dir
 from air_skills.runtime.prepare import (
     LaunchContext,
@@ -285,9 +285,8 @@ class RayBackend:
 
 def _wait_stopped(ray: Any, sid: str, wait_s: float) -> Any:
     """Ray's info on the job once it has ended (or at the deadline); None once it is gone."""
-    deadline = time.monotonic() + wait_s
-    delay = 0.05
-    while True:
+    job = None
+    for _ in backoff(first_s=0.05, timeout_s=wait_s):
         try:
             job = call(ray, "get_job_info", sid)
         except BackendUnavailable:
@@ -295,8 +294,5 @@ def _wait_stopped(ray: Any, sid: str, wait_s: float) -> Any:
         except Exception:
             return None
         if str(job.status) in ("SUCCEEDED", "FAILED", "STOPPED"):
-            return job
-        if time.monotonic() >= deadline:
-            return job
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+            break
+    return job
