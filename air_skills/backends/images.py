@@ -49,3 +49,10 @@ def attach_image(
 def ray_image(spec: JobSpec) -> dict[str, str]:
     """Ray's ``runtime_env`` field for the job's image: Ray runs the job in that container."""
     return {"image_uri": spec.image} if spec.image else {}
+
+
+# Said in a Ray image job's message: where its code comes from.
+IMAGE_HOLDS_CODE = (
+    "the code runs as the image holds it: Ray uploads no working_dir beside image_uri,"
+    " so no snapshot is taken"
+)

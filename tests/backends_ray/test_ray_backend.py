@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from helpers import wait_until
 
+from air_skills.backends.images import IMAGE_HOLDS_CODE
 from air_skills.errors import BackendUnavailable, InsufficientGpus, InvalidSpec, InvalidState
 from air_skills.models import JobStatus
 
@@ -309,4 +310,6 @@ def test_a_ray_jobs_image_id_is_recorded_at_launch(
     )  # fmt: skip
     assert info.image_digest == image_id
     events = [e["message"] for e in ray_client.events(info.job_id) if e["kind"] == "image"]
-    assert events == [f"image localhost/air-none:1 is {image_id}"]
+    # Ray takes no working_dir beside image_uri: the image holds the code, no snapshot is taken.
+    assert events == [f"image localhost/air-none:1 is {image_id}; {IMAGE_HOLDS_CODE}"]
+    assert info.code is None

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from air_skills.backends.base import already_finished
-from air_skills.backends.images import image_tags
+from air_skills.backends.images import IMAGE_HOLDS_CODE, image_tags
 from air_skills.backends.info import row_to_info
 from air_skills.backends.ray import gangs
 from air_skills.backends.ray import reconcile as reconciling
@@ -108,13 +108,26 @@ class RayBackend:
         if existing is not None:
             return row_to_info(existing)
         spec, image, image_note = resolve_ray_image(spec)  # its ID as provenance, if known here
+        if spec.image and spec.patch:
+            raise InvalidSpec(
+                "a patch cannot run in an image on Ray: Ray uploads no working_dir beside"
+                " image_uri, so the job runs the code the image holds",
+                hint="build the patched code into the image, or drop --image (the snapshot and"
+                " its patch are uploaded then)",
+            )
         # Upload first: a failed upload leaves no record behind, and the window between
         # recording the submission and Ray knowing it is one short request. A snapshot job
         # uploads its snapshot (one folder, so one package, per digest), never the live tree.
-        code = plan_code(rt.home, spec.workdir, spec.patch) if spec.code == "snapshot" else None
-        workdir = ray_working_dir(rt.home, code) if code is not None else spec.workdir
-        runtime_env: dict[str, Any] = {"working_dir": workdir}
-        upload(ray, dashboard, runtime_env)
+        runtime_env: dict[str, Any] = {}
+        code = None
+        if spec.image:  # Ray takes no working_dir beside image_uri: the image holds the code
+            image_note = "; ".join(filter(None, (image_note, IMAGE_HOLDS_CODE)))
+        else:
+            if spec.code == "snapshot":
+                code = plan_code(rt.home, spec.workdir, spec.patch)
+            workdir = ray_working_dir(rt.home, code) if code is not None else spec.workdir
+            runtime_env = {"working_dir": workdir}
+            upload(ray, dashboard, runtime_env)
 
         job = prepare_job(
             rt,

@@ -328,8 +328,10 @@ def _resubmit(
     with contextlib.suppress(AirError):
         cluster = cluster_view(ray)
     try:
-        runtime_env: dict[str, Any] = {"working_dir": workdir}
-        upload(ray, ray.get_address(), runtime_env)
+        runtime_env: dict[str, Any] = {}
+        if not spec.image:  # an image holds its code (Ray: no working_dir beside image_uri)
+            runtime_env = {"working_dir": workdir}
+            upload(ray, ray.get_address(), runtime_env)
         submit(rt, ray, row, spec, sid, cluster, runtime_env)
     except AirError:
         pass  # the record stays QUEUED with the new reference; the next reconcile settles
