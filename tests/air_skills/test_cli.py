@@ -57,6 +57,7 @@ def run_json(command: str, *args: str, code: int = 0) -> Any:
     return json.loads(run(command, "--json", *args, code=code).stdout)
 
 
+@pytest.mark.slow
 def test_done_when_gpu_index_in_logs(air_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIR_SIMULATED_GPUS", "2")
     code = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"
@@ -122,6 +123,7 @@ def test_bad_input_exit_2_with_code_and_next_step(air_home: Path) -> None:
     assert set(error) >= {"code", "message", "hint", "retryable"}
 
 
+@pytest.mark.slow
 def test_cancel_finished_and_all(air_home: Path) -> None:
     done = run_json("launch", "--", "true")["job_id"]
     run("wait", done, "--timeout", "60")
@@ -134,6 +136,7 @@ def test_cancel_finished_and_all(air_home: Path) -> None:
     assert "give job ids or --all" in run("cancel", code=2).stderr
 
 
+@pytest.mark.slow
 def test_logs_follow_streams_until_exit(air_home: Path) -> None:
     code = "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.2)"
     job = json.loads(air("launch", "--json", "--", sys.executable, "-c", code).stdout)["job_id"]
@@ -165,6 +168,7 @@ def test_doctor_json(air_home: Path) -> None:
     assert {"gpus", "air_home", "versions"} <= names
 
 
+@pytest.mark.slow
 def test_wait_shows_progress_and_times_out(air_home: Path) -> None:
     job = run_json("launch", "--", "sleep", "30")["job_id"]
     out = run_json("wait", job, "--timeout", "0.5")
@@ -172,6 +176,7 @@ def test_wait_shows_progress_and_times_out(air_home: Path) -> None:
     run("cancel", job)
 
 
+@pytest.mark.slow
 def test_text_output(air_home: Path) -> None:
     job = run_json("launch", "--name", "shown", "--", "true")["job_id"]
     run("wait", job, "--timeout", "60")

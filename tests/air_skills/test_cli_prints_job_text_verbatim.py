@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import wait_until
 
 AIR = shutil.which("air") or str(Path(sys.executable).parent / "air")
@@ -31,6 +32,7 @@ def launch(*args: str) -> str:
     return json.loads(air("launch", "--json", *args).stdout)["job_id"]
 
 
+@pytest.mark.slow
 def test_job_names_shown_as_given_by_ls_status_wait(air_home: Path) -> None:
     jobs = {name: launch("--name", name, "--gpus", "1", "--", "sleep", "60") for name in NAMES}
     wait_until(
@@ -49,6 +51,7 @@ def test_job_names_shown_as_given_by_ls_status_wait(air_home: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_log_lines_messages_and_config_values_shown_as_given(air_home: Path) -> None:
     script = "import sys; print('[/data/shard-0] loaded'); sys.exit('[/x] bad [nan] shard')"
     failing = launch("--name", "[/x]", "--set", 'tag="[/x]"', "--", "python", "-c", script)

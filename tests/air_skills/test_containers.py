@@ -293,6 +293,7 @@ def test_an_unknown_image_is_refused_at_launch(podman: str, client: Client, air_
     assert "[image-unknown]" in done.stderr + done.stdout
 
 
+@pytest.mark.slow
 def test_the_image_id_is_on_the_mlflow_run_and_a_relaunch_pins_it(
     podman: str, client: Client
 ) -> None:

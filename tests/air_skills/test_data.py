@@ -168,6 +168,7 @@ def test_job_reads_inputs_by_name(roots: Path, client: Client) -> None:
     assert "data inputs changed" not in done.message
 
 
+@pytest.mark.slow
 def test_digest_stable_pinned_logged_and_change_during_run_reported(
     roots: Path, client: Client
 ) -> None:

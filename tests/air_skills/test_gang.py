@@ -109,6 +109,7 @@ def test_cancel_stops_every_rank(client: Client) -> None:
     wait_until(lambda: not processes_with(token), timeout_s=5)
 
 
+@pytest.mark.slow
 def test_nccl_watchdog_is_infra_and_retried(client: Client) -> None:
     token = uuid.uuid4().hex
     info = client.launch(gang_spec("nccl", token))

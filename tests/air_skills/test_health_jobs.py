@@ -119,6 +119,7 @@ def test_fault_mid_run_requeues_and_finishes_elsewhere(
     assert client.tracker.client.get_run(launched.run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_hundred_launches_after_a_cordon_avoid_it(client: Client, tmp_path: Path) -> None:
     client.cordon(2, "fan failure")
     out = tmp_path / "seen"

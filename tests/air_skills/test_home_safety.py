@@ -90,6 +90,7 @@ def test_emptied_state_database_is_an_error_and_records_can_be_rebuilt(air_home:
     assert info.status == JobStatus.FAILED and "rebuilt" in info.message
 
 
+@pytest.mark.slow
 def test_job_whose_supervisor_died_has_its_mlflow_run_ended(air_home: Path) -> None:
     client = Client(air_home)
     info = client.launch(JobSpec(command=["sleep", "60"], track=True))

@@ -122,6 +122,7 @@ STEPS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", STEPS)
 def test_a_launch_killed_before_its_commit_leaves_nothing(
     air_home: Path, work: Path, step: str
@@ -136,6 +137,7 @@ def test_a_launch_killed_before_its_commit_leaves_nothing(
         assert len(mlflow_runs(air_home)) == 1  # the run was made, and ended
 
 
+@pytest.mark.slow
 def test_a_launch_killed_after_its_commit_is_a_whole_job(air_home: Path, work: Path) -> None:
     launch_killed_at(air_home, work, "launch:committed")
     assert air(air_home, "ls", "--json").returncode == 0
@@ -150,6 +152,7 @@ def test_a_launch_killed_after_its_commit_is_a_whole_job(air_home: Path, work: P
     assert mlflow_runs(air_home)[job_id][0] == "RUNNING"  # its job runs (or will)
 
 
+@pytest.mark.slow
 def test_a_launch_killed_while_waiting_on_the_lock_leaves_nothing(
     air_home: Path, work: Path
 ) -> None:

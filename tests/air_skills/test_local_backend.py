@@ -196,6 +196,7 @@ def test_supervisor_killed_is_reconciled(client: Client) -> None:
     client.cancel(info.job_id)
 
 
+@pytest.mark.slow
 def test_concurrent_launches_from_many_processes(air_home: Path) -> None:
     code = (
         "import sys; from air_skills import Client, JobSpec\n"

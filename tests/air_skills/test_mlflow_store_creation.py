@@ -87,6 +87,7 @@ def launch_tracked(client: Client):
     return done
 
 
+@pytest.mark.slow
 def test_kill_during_first_store_creation_leaves_tracking_working(air_home: Path) -> None:
     kill_mid_creation(air_home, OUR_OPEN)
     client = Client(air_home)
@@ -97,6 +98,7 @@ def test_kill_during_first_store_creation_leaves_tracking_working(air_home: Path
     assert not list(air_home.glob("mlflow.db.building*"))  # the half-built copy is gone
 
 
+@pytest.mark.slow
 def test_half_built_store_without_runs_is_set_aside_and_rebuilt(air_home: Path) -> None:
     kill_mid_creation(air_home, RAW_OPEN)  # a store left half-built in place (older releases)
     client = Client(air_home)
@@ -111,6 +113,7 @@ def test_half_built_store_without_runs_is_set_aside_and_rebuilt(air_home: Path) 
     assert mlflow_check(Client(air_home))["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_half_built_store_holding_runs_is_kept_and_the_error_says_how_to_recover(
     air_home: Path,
 ) -> None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from air_skills import Client, JobSpec, JobStatus
+import pytest
 from helpers import wait_until
+
+from air_skills import Client, JobSpec, JobStatus
 
 PY = sys.executable
 
 
+@pytest.mark.slow
 def test_cancelling_a_queued_job_ends_its_run(client: Client) -> None:
     holder = client.launch(JobSpec(command=[PY, "-c", "import time; time.sleep(60)"], gpus=4))
     queued = client.launch(JobSpec(command=[PY, "-c", "pass"], gpus=1))

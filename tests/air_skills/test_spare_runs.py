@@ -19,11 +19,12 @@ from air_skills.tracking.mlflow import SPARE_TAG, MlflowTracker
 
 PY = sys.executable
 
-# The job's first instruction logs a metric into the run named by MLFLOW_RUN_ID.
+# The job's first instructions: its run id, then a metric into that run.
 FIRST_METRIC = (
-    "import os, mlflow\n"
+    "import os\n"
+    "print('run', os.environ['MLFLOW_RUN_ID'])\n"  # read first: MLflow removes it
+    "import mlflow\n"
     "mlflow.log_metric('first', 1.0, step=0)\n"
-    "print('run', os.environ['MLFLOW_RUN_ID'])\n"
 )
 
 

@@ -61,6 +61,7 @@ def test_spec_file_date_and_nul_refused_with_every_problem(air_home: Path, tmp_p
     assert "DRY RUN" in air("launch", str(spec), "--dry-run", code=0).stdout
 
 
+@pytest.mark.slow
 def test_set_python_tag_stays_text(air_home: Path, tmp_path: Path) -> None:
     """safe_load refuses python tags; the value is then passed as the text it is."""
     tagged = '!!python/object/apply:os.system ["touch pwned"]'

@@ -43,6 +43,7 @@ def mlflow_run(client: Client, run_id: str):
     return client.tracker.client.get_run(run_id)
 
 
+@pytest.mark.slow
 def test_job_logs_per_step_metrics_and_history_reads_back(client: Client) -> None:
     info = launch_and_wait(
         client,
@@ -65,6 +66,7 @@ def test_job_logs_per_step_metrics_and_history_reads_back(client: Client) -> Non
     assert m.latest["tokens"] == 12345
 
 
+@pytest.mark.slow
 def test_summary_only_job(client: Client) -> None:
     code = "print('training...'); print('---'); print('val_loss: 1.5'); print('note: fast')"
     info = launch_and_wait(client, [PY, "-c", code])
@@ -73,11 +75,13 @@ def test_summary_only_job(client: Client) -> None:
     assert "not numeric" in info.message and "note" in info.message
 
 
+@pytest.mark.slow
 def test_failed_job_run_failed(client: Client) -> None:
     info = launch_and_wait(client, [PY, "-c", "raise SystemExit(2)"])
     assert mlflow_run(client, info.run_id).info.status == "FAILED"
 
 
+@pytest.mark.slow
 def test_cancelled_job_run_killed(client: Client) -> None:
     info = client.launch(
         JobSpec(command=[PY, "-c", "import time; print('up', flush=True); time.sleep(60)"])
@@ -88,6 +92,7 @@ def test_cancelled_job_run_killed(client: Client) -> None:
     assert mlflow_run(client, info.run_id).info.status == "KILLED"
 
 
+@pytest.mark.slow
 def test_unknown_metric_lists_known_keys(client: Client) -> None:
     info = launch_and_wait(client, [PY, "-c", "print('---'); print('acc: 0.9')"])
     with pytest.raises(UnknownMetric) as exc:
@@ -101,6 +106,7 @@ def test_job_without_run(client: Client) -> None:
         client.metrics(info.job_id)
 
 
+@pytest.mark.slow
 def test_concurrent_launches_into_new_experiment(air_home: Path) -> None:
     code = (
         "import sys; from air_skills import Client, JobSpec\n"
@@ -219,6 +225,7 @@ def test_compare_jobs(client: Client) -> None:
     assert table[1]["latest"] == pytest.approx(0.1) and table[1]["best"] == pytest.approx(0.1)
 
 
+@pytest.mark.slow
 def test_air_ui_serves_the_run(client: Client) -> None:
     info = launch_and_wait(client, [PY, "-c", "print('---'); print('val_loss: 0.5')"])
     with socket.socket() as s:

@@ -153,6 +153,7 @@ def test_llm_budget_stops_the_loop(study_home: Path, tmp_path: Path, llm_server:
     assert st.trials[1].decision == "keep"
 
 
+@pytest.mark.slow
 def test_early_stopping_prunes_and_failures_keep_the_log(study_home: Path, tmp_path: Path) -> None:
     data = small_study(
         name="prune",
@@ -197,6 +198,7 @@ def test_early_stopping_prunes_and_failures_keep_the_log(study_home: Path, tmp_p
     assert st.best_trial == 1
 
 
+@pytest.mark.slow
 def test_resume_after_kill_9_repeats_no_trial(study_home: Path, tmp_path: Path) -> None:
     folder = tmp_path / "study"
     study_file = tmp_path / "study.yaml"

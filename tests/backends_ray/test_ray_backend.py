@@ -16,6 +16,9 @@ from air_skills.backends.images import IMAGE_HOLDS_CODE
 from air_skills.errors import BackendUnavailable, InsufficientGpus, InvalidSpec, InvalidState
 from air_skills.models import JobStatus
 
+# Each starts a real Ray head (or uses the session's): end-to-end, minutes in all.
+pytestmark = pytest.mark.slow
+
 PY = sys.executable
 
 
@@ -128,6 +131,7 @@ def test_logs_while_running_then_cancel(ray_client: Any, workdir: Path, tmp_path
     assert "line 3" in ray_client.logs(info.job_id).text
 
 
+@pytest.mark.slow
 def test_gpu_slots_queue_and_survive_rays_start_timeout(
     ray_client: Any, workdir: Path, tmp_path: Path
 ) -> None:

@@ -24,6 +24,9 @@ ALLREDUCE = """\
 import os, sys, time
 from pathlib import Path
 import torch, torch.distributed as dist
+
+# Each starts a real Ray head (or uses the session's): end-to-end, minutes in all.
+pytestmark = pytest.mark.slow
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 t = torch.ones(1) * (rank + 1)

@@ -33,6 +33,9 @@ def test_the_ray_backend_uploads_the_snapshot(ray_client: Any, tmp_path: Path) -
 # Says which snapshot it runs; fails its first attempt (the retry needs the snapshot again).
 DIGEST_THEN_FAIL = """\
 import os, sys
+
+# Each starts a real Ray head (or uses the session's): end-to-end, minutes in all.
+pytestmark = pytest.mark.slow
 print("digest", os.environ.get("AIR_CODE_DIGEST", "none"), flush=True)
 sys.exit(3 if os.environ["AIR_ATTEMPT"] == "1" else 0)
 """

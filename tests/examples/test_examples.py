@@ -85,6 +85,7 @@ def summary(stdout: str) -> dict[str, float]:
     return {key: float(value) for key, value in (line.split(": ", 1) for line in block)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tinygpt", "mlp"])
 def test_trains_logs_to_mlflow_and_resumes(
     name: str, tmp_path: Path, mlflow_env: dict[str, str]

@@ -14,9 +14,12 @@ import pytest
 INSPECTOR = "@modelcontextprotocol/inspector@0.15.0"
 PY = sys.executable
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("npx") is None, reason="npx (npm) is not installed: CI must have it"
-)
+pytestmark = [
+    pytest.mark.slow,  # npx starts the Inspector (node) for every call
+    pytest.mark.skipif(
+        shutil.which("npx") is None, reason="npx (npm) is not installed: CI must have it"
+    ),
+]
 
 
 def inspector(config: Path, *args: str) -> dict[str, Any]:
