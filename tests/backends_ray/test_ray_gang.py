@@ -17,6 +17,9 @@ from helpers import wait_until
 from air_skills.errors import InsufficientGpus
 from air_skills.models import JobStatus
 
+# Each starts a real Ray head (or uses the session's): end-to-end, minutes in all.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torch")
 PY = sys.executable
 
@@ -25,8 +28,6 @@ import os, sys, time
 from pathlib import Path
 import torch, torch.distributed as dist
 
-# Each starts a real Ray head (or uses the session's): end-to-end, minutes in all.
-pytestmark = pytest.mark.slow
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 t = torch.ones(1) * (rank + 1)

@@ -6,8 +6,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import wait_until
 from snapshot_repo import PATCH, make_repo
+
+# Each starts a real Ray head (or uses the session's): end-to-end, minutes in all.
+pytestmark = pytest.mark.slow
 
 PY = sys.executable
 SHOW = "import model; print('model says', model.VALUE)"
@@ -34,8 +38,6 @@ def test_the_ray_backend_uploads_the_snapshot(ray_client: Any, tmp_path: Path) -
 DIGEST_THEN_FAIL = """\
 import os, sys
 
-# Each starts a real Ray head (or uses the session's): end-to-end, minutes in all.
-pytestmark = pytest.mark.slow
 print("digest", os.environ.get("AIR_CODE_DIGEST", "none"), flush=True)
 sys.exit(3 if os.environ["AIR_ATTEMPT"] == "1" else 0)
 """
