@@ -1,7 +1,8 @@
 """Helpers the example training scripts share: strict config, MLflow logging, summary, checkpoints.
 
 Exit codes the examples use: 2 = bad config (or a checkpoint that does not fit it), 3 = the loss
-became NaN or infinite.
+became NaN or infinite, 143 = stopped by SIGTERM after saving a checkpoint (cancel, preemption,
+timeout: AIR sends SIGTERM, then SIGKILL after a grace period).
 """
 
 from __future__ import annotations
@@ -9,12 +10,35 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
 EXIT_BAD_CONFIG = 2
 EXIT_NON_FINITE = 3
+EXIT_STOPPED = 128 + signal.SIGTERM
+_STOP = {"requested": False}
+
+
+def stop_on_sigterm() -> None:
+    """On SIGTERM the training loop finishes its step, saves a checkpoint and exits (see
+    ``stopped``): a preempted job resumes from the step it reached, not its last evaluation."""
+
+    def request(signum: int, frame: Any) -> None:
+        _STOP["requested"] = True
+
+    signal.signal(signal.SIGTERM, request)
+
+
+def stopped(step: int, save: Any) -> None:
+    """Call after each step: when SIGTERM came, save and exit with EXIT_STOPPED."""
+    if _STOP["requested"]:
+        save()
+        print(f"stopped by SIGTERM at step {step}: checkpoint saved", flush=True)
+        sys.exit(EXIT_STOPPED)
+
+
 MLFLOW_ENV = ("MLFLOW_RUN_ID", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID")
 
 

@@ -72,6 +72,7 @@ def main() -> None:
     )
     start = time.perf_counter()
     common.set_threads()
+    common.stop_on_sigterm()
     device = common.pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     ckpt_path = common.checkpoint_path()
@@ -156,6 +157,7 @@ def main() -> None:
         loss.backward()
         opt.step()
         step += 1
+        common.stopped(step, save)
 
     if not metrics:  # resumed at the final step: nothing trained, report the saved model
         metrics = evaluate()

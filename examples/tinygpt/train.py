@@ -139,6 +139,7 @@ def main() -> None:
     )
     start = time.perf_counter()
     common.set_threads()
+    common.stop_on_sigterm()
     rank, world, device = common.distributed(cfg["device"])
     lead = rank == 0  # the rank that logs, prints and saves
     torch.manual_seed(cfg["seed"])
@@ -250,6 +251,7 @@ def main() -> None:
             nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         opt.step()
         step += 1
+        common.stopped(step, save)
 
     if not losses:  # resumed at the final step: nothing trained, report the saved model
         losses = evaluate()

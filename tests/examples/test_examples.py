@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,28 @@ def test_diverging_loss_exits_3_and_fails_the_run(tmp_path: Path, tracking_uri: 
         assert "training diverged" in result.stderr
         run = MlflowClient(tracking_uri).get_run(envs[name]["MLFLOW_RUN_ID"])
         assert run.info.status == "FAILED"
+
+
+@pytest.mark.parametrize("name", ["tinygpt", "mlp"])
+def test_a_preempted_example_saves_and_resumes_from_the_step_it_reached(
+    name: str, tmp_path: Path
+) -> None:
+    # Evaluations (and their checkpoints) far apart: only the SIGTERM save can keep the work.
+    config = {**TINY[name], "steps": 100_000, "eval_every": 50_000}
+    proc = start_example(name, config, tmp_path)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the first evaluation (step 0) is printed once training runs
+        if line.startswith("step"):
+            break
+    # Whenever it lands, the step in progress ends first: at least one step past the evaluation.
+    proc.send_signal(signal.SIGTERM)
+    rest = finish(proc)
+    assert rest.returncode == 143, rest.stderr
+    stopped = [line for line in rest.stdout.splitlines() if line.startswith("stopped by SIGTERM")]
+    assert stopped, rest.stdout
+    reached = int(stopped[0].split("at step ")[1].split(":")[0])
+    assert reached > 0  # past the last evaluation (step 0)
+    again = start_example(name, {**config, "steps": reached + 1}, tmp_path)
+    out = finish(again)
+    assert out.returncode == 0, out.stderr
+    assert f"at step {reached}" in out.stdout  # resumed where it stopped, not at step 0
