@@ -6,12 +6,15 @@ is given as a ratio to it. Goal: p50 and p95 at most 1.25x raw.
 
 Rows: launches one after another (the usual case: a supervisor whose job ended waits a while
 and the next launch hands it the job, so no process is created on the critical path); the
-same with MLflow tracking on; cold launches, where no supervisor is waiting (a fresh
-AIR_HOME whose supervisors exit at once: the launch forks, starts the command in the forked
-child, which then becomes the supervisor); Ray, when ``bench/launch_ray.py`` is here; and a
-job in a podman image against ``podman run`` of it by hand (``bench/launch_container.py``).
+same with MLflow tracking on, the run made in the launching process (the Python API with no
+spare run) and, goal 2 (at most 1.5x raw), claimed from the spare runs as a long-lived
+launcher that keeps them does (runtime/spare_runs.py); cold launches, where no supervisor
+is waiting (a fresh AIR_HOME whose supervisors exit at once: the launch forks, starts the
+command in the forked child, which then becomes the supervisor); Ray, when
+``bench/launch_ray.py`` is here; and a job in a podman image against ``podman run`` of it by
+hand (``bench/launch_container.py``).
 
-    python bench/launch.py            # 50 launches, 5 tracked, 10 cold, 10 on Ray
+    python bench/launch.py            # 50 launches, 5 tracked, 20 spare, 10 cold, 10 on Ray
     python bench/launch.py --n 200 --tracked 10 --cold 20 --ray 0
 
 ``bench/launch_ray.py`` exposes ``measure(n: int) -> list[float] | None``: seconds from
@@ -68,7 +71,8 @@ def air_once(client: object, out: Path, track: bool) -> tuple[float, float]:
     """(seconds to the job's first instruction, seconds until launch() returned)."""
     from air_skills import JobSpec, JobStatus
 
-    spec = JobSpec(command=job_command(out), gpus=1, track=track, name="bench-launch")
+    # Live code: the launch's own cost; a snapshot's is bench/snapshot.py's and cli_launch.py's.
+    spec = JobSpec(command=job_command(out), gpus=1, track=track, name="bench-launch", code="live")
     t0 = time.time()
     info = client.launch(spec)  # type: ignore[attr-defined]
     returned = time.time() - t0
@@ -84,7 +88,7 @@ def air_spared(client: object, out: Path) -> tuple[float, float, str | None]:
     job's first instruction, seconds until launch() returned, the run id it returned)."""
     from air_skills import JobSpec, JobStatus
 
-    spec = JobSpec(command=job_command(out), gpus=1, track=True, name="bench-spared")
+    spec = JobSpec(command=job_command(out), gpus=1, track=True, name="bench-spared", code="live")
     t0 = time.time()
     info = client.launch(spec)  # type: ignore[attr-defined]
     returned = time.time() - t0

@@ -94,8 +94,6 @@ class LocalBackend:
         if decided is None:  # a concurrent caller with the same idempotency key won
             return self._info(got)
         passes.act_on_pass(store, decided)
-        if spec.track:
-            self.runtime.top_up_spares_soon()
         return self._info(job.job_id)
 
     def cancel(self, record: sqlite3.Row, reason: str, wait_s: float) -> JobInfo:

@@ -48,10 +48,16 @@ class Database:
 
     def _owner_only_files(self) -> None:
         """The database (and its WAL files, which SQLite makes with its mode) is owner-only."""
-        try:
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
-        except OSError:
-            return  # a read-only home: the connection says so, with its hint
+        # Only when it is not there yet: closing any descriptor of the file drops every POSIX
+        # lock this process holds on it, and another process's last close would then delete
+        # the WAL under this process's open connection (sqlite.org/howtocorrupt.html, 2.2).
+        if not self.path.exists():
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                pass  # made by another process meanwhile
+            except OSError:
+                return  # a read-only home: the connection says so, with its hint
         owner_only(self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
 
     def _refuse_lost_records(self, c: sqlite3.Connection) -> None:

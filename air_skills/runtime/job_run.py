@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ from air_skills.home import job_dir, read_launch_env
 from air_skills.runtime.store import Store
 
 PLAN = "run_plan.json"  # in the job's folder until the supervisor has applied it
+# The MLflow work waits this long after the command's start: on a small machine it would
+# otherwise slow the job's own start, and the job's first metrics need none of it.
+START_DELAY_S = 0.05
 PENDING_NOTE = "MLflow run: made by the job's supervisor before the command starts"
 
 
@@ -170,6 +174,7 @@ class RunWork:
 
     def _work(self) -> None:
         tracker = None
+        time.sleep(START_DELAY_S)  # the command's own start first: it has the CPU to itself
         try:
             jdir = job_dir(self.home, self.row["job_id"])
             plan = read_plan(jdir)

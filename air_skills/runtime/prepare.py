@@ -37,8 +37,8 @@ class LaunchContext:
     ``make_runs_here``: with no spare run to claim, create the job's MLflow run in this process
     (the Python API: a launch returns the run id); False keeps MLflow out of this process
     (the CLI: a tracking server's run is made over REST, a sqlite one by the job's supervisor).
-    ``keep_spares``: a long-lived launcher (air-mcp, the loop) asks for spare runs and tops
-    them up itself, off the launch's path (runtime/spare_runs.py).
+    ``keep_spares``: a long-lived launcher (air-mcp, the loop) asks for spare runs too; the
+    jobs' supervisors make them, off the launch's path (runtime/spare_runs.py).
     """
 
     def __init__(
@@ -53,7 +53,6 @@ class LaunchContext:
         self._tracker: Any = None
         self.make_runs_here = make_runs_here
         self.keep_spares = keep_spares
-        self._topping_up: threading.Thread | None = None
 
     @property
     def store(self) -> Store:
@@ -77,22 +76,6 @@ class LaunchContext:
     def wants_spares(self) -> bool:
         """Whether this process's launches ask for spare runs to be kept."""
         return self.keep_spares or not self.make_runs_here
-
-    def top_up_spares_soon(self) -> None:
-        """With ``keep_spares``: top the spare runs up in a thread of this process, once
-        MLflow is loaded here (importing it from a second thread at once would break it)."""
-        import sys
-
-        if not self.keep_spares or "mlflow" not in sys.modules:
-            return
-        if self._topping_up is not None and self._topping_up.is_alive():
-            return
-        from air_skills.runtime.job_run import keep_spares
-
-        self._topping_up = threading.Thread(
-            target=keep_spares, args=(self.home, self.tracker), daemon=True
-        )
-        self._topping_up.start()
 
 
 @dataclass

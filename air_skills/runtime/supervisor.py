@@ -128,8 +128,6 @@ class Supervisor:
         )
         self.gpus: list[int] = json.loads(row["gpus"])
         self.row = row
-        if row["run_id"]:
-            self._run_work(row)
         self._attempt(row)
         started = self._commit()
         if self._recheck is not None:
@@ -137,7 +135,10 @@ class Supervisor:
         return started
 
     def _run_work(self, row: Any) -> None:
-        """Start the job's MLflow work beside it (runtime/job_run.py)."""
+        """Start the job's MLflow work beside it (runtime/job_run.py), once its command has
+        started: importing MLflow would hold the GIL while the command is being started."""
+        if self._warm is not None or not row["run_id"]:
+            return
         self._warm = RunWork(self.home, row).start()
         _RUN_WORK[:] = [w for w in _RUN_WORK if w.alive()] + [self._warm]
 
@@ -147,8 +148,6 @@ class Supervisor:
         if not job_run.is_pending(self.home, row):
             return row
         self.row = row = job_run.make_pending_run(self.store, row)
-        if row["run_id"]:
-            self._run_work(row)  # MLflow is loaded: the attempt tag, then the spares
         return row
 
     def _commit(self) -> Started | None:
@@ -214,6 +213,7 @@ class Supervisor:
             self._start_failed(type(exc).__name__, str(exc))
             return
         _record_command(self.store, self.job_id, self.child.pid, self.gpus)
+        self._run_work(self.row)
         rc = self._watch()
         self._record_exit(rc)
 
@@ -233,6 +233,7 @@ class Supervisor:
                 proc.start_time(self.job_pid) or "",
                 passes.running_message(self.gpus),
             )
+        self._run_work(self.row)
         rc = self._watch()
         self._record_exit(rc)
 
@@ -378,6 +379,7 @@ class Supervisor:
         """Keep the outcome for _commit; a job that ends gets its data and MLflow notes first."""
         if outcome.action == "finish":
             assert outcome.status is not None
+            self._run_work(self.row)  # a command that never started: its run is completed too
             ready = self._warm.ready if self._warm is not None else None
             self._recheck = DataRecheck(self.home, self.spec, self.row["run_id"])
             message = outcome.message + self._recheck.start(ready)

@@ -127,7 +127,7 @@ def test_concurrent_launches_never_share_a_spare(air_home: Path) -> None:
     at_launch = [run for _, run in launched if run != "None"]
     assert at_launch and len(set(at_launch)) == len(at_launch)
     client = Client(air_home)
-    done = client.wait([job for job, _ in launched], timeout_s=240)
+    done = client.wait([job for job, _ in launched], timeout_s=240, any=False)
     runs = [i.run_id for i in done]
     assert all(runs) and len(set(runs)) == 8, runs
 

@@ -193,6 +193,40 @@ def test_http_tracking_server(client: Client, mlflow_server: str, monkeypatch) -
     assert client.metrics(info.job_id).latest["val_loss"] == pytest.approx(0.04)
 
 
+def test_http_tracking_server_run_made_over_rest(
+    client: Client, mlflow_server: str, monkeypatch
+) -> None:
+    """As the CLI launches: the run is made over REST (no MLflow import), the supervisor
+    completes it, and the job's first metric lands in it."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    client = Client(client.home)
+    client.runtime.make_runs_here = False
+    launched = client.launch(
+        JobSpec(command=[PY, "-c", STEP_LOGGER], config={"lr": 0.1}, tags={"team": "z"})
+    )
+    assert launched.run_id  # known at launch
+    info = client.wait([launched.job_id], timeout_s=120)[0]
+    assert info.status == JobStatus.SUCCEEDED, client.logs(info.job_id).text
+    run = mlflow_run(client, launched.run_id)
+    assert run.data.params == {"lr": "0.1"} and run.data.tags["team"] == "z"
+    assert run.data.tags["air.job_id"] == info.job_id and run.info.status == "FINISHED"
+    history = client.metrics(info.job_id, keys=["val_loss"], history=True).history["val_loss"]
+    assert history[0] == [0.0, 2.0]  # the first metric is in the run
+
+
+def test_tracking_server_down_cli_launch_still_runs(client: Client, monkeypatch) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    client = Client(client.home)
+    client.runtime.make_runs_here = False
+    info = client.launch(JobSpec(command=[PY, "-c", "print('ran')"]))
+    assert "tracking unavailable" in info.message and info.run_id is None
+    info = client.wait([info.job_id], timeout_s=120)[0]
+    assert info.status == JobStatus.SUCCEEDED and "ran" in client.logs(info.job_id).text
+
+
 # --- pure parts --------------------------------------------------------------------------------
 
 
