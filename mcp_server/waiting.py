@@ -139,19 +139,9 @@ def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
             return error_result(exc)
         return ok_result(reply, render_wait(reply))
 
-    ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
-    call.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=[*params, ctx_param], return_annotation=Annotated[CallToolResult, WaitReply]
+    return _async_tool(
+        call, sig, params, WaitReply, tools.wait_for_jobs, "Wait for jobs", annotations
     )
-    call.__name__ = "wait_for_jobs"
-    tool = Tool.from_function(
-        call,
-        name="wait_for_jobs",
-        title="Wait for jobs",
-        description=describe(tools.wait_for_jobs),
-        annotations=annotations,
-    )
-    return forbid_extra(tool)
 
 
 async def wait_study_async(
@@ -190,16 +180,32 @@ def study_wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
             return error_result(exc)
         return ok_result(reply, render_reply("wait_for_study", reply))
 
+    return _async_tool(
+        call, sig, params, StudyReply, tools.wait_for_study, "Wait for a study", annotations
+    )
+
+
+def _async_tool(
+    call: Callable[..., Awaitable[CallToolResult]],
+    sig: inspect.Signature,
+    params: list[inspect.Parameter],
+    reply: type,
+    plain: Callable[..., Any],
+    title: str,
+    annotations: ToolAnnotations,
+) -> Tool:
+    """``call`` registered as the tool of the plain function ``plain``: its parameters (and
+    the MCP context), its name and description, ``reply`` as the structured output."""
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
     call.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=[*params, ctx_param], return_annotation=Annotated[CallToolResult, StudyReply]
+        parameters=[*params, ctx_param], return_annotation=Annotated[CallToolResult, reply]
     )
-    call.__name__ = "wait_for_study"
+    call.__name__ = plain.__name__
     tool = Tool.from_function(
         call,
-        name="wait_for_study",
-        title="Wait for a study",
-        description=describe(tools.wait_for_study),
+        name=plain.__name__,
+        title=title,
+        description=describe(plain),
         annotations=annotations,
     )
     return forbid_extra(tool)
