@@ -17,8 +17,9 @@ the real duration). Two arrival patterns: a burst
 The **classes** rows repeat durations per job class, as an agent's studies and sweeps do:
 CLASSES classes (one size and one typical duration each), every job its class's duration
 times 10% noise. Without estimates, with learned ones (runtime/estimates.py: the median of
-the class's finished jobs times a safety factor, once it has MIN_SAMPLES), and with the exact
-durations (the oracle). "big wait" is the longest wait of an 8-GPU job: never starved.
+the class's finished jobs times a safety factor, and for a class with none yet a prior from
+the classes the pass reads, as the pass computes them), and with the exact durations (the
+oracle). "big wait" is the longest wait of an 8-GPU job: never starved.
 
     python bench/packing.py                 # 10 seeds
     python bench/packing.py --seeds 20 --jobs 500
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 
 from _common import table, verdict
 
-from air_skills.runtime.estimates import RECENT
+from air_skills.runtime.estimates import RECENT, with_prior
 from air_skills.runtime.estimates import estimate as learned_estimate
 from air_skills.runtime.passes import queue_window
 from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
@@ -173,13 +174,23 @@ def simulate(jobs: list[SimJob], policy: Policy, estimates: str = "none") -> Sim
     queued: set[str] = set()
     running: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (GPUs, start)
     history: dict[str, list[float]] = {}  # class -> durations of its finished jobs
+    guesses: dict[str, float] = {}  # class -> learned estimate, as of this pass
+    window = queue_window(GPUS)
     end = 0.0
     big_wait = 0.0
 
     def estimate(j: SimJob) -> float | None:
         if estimates == "learned":
-            return learned_estimate(history.get(j.klass, [])[-RECENT:])
+            return guesses.get(j.klass)
         return {"none": None, "exact": j.duration_s, "timeout": j.estimate_s}[estimates]
+
+    def learned_guesses(classes: list[str]) -> dict[str, float]:
+        known = {}
+        for k in set(classes):
+            est = learned_estimate(history.get(k, [])[-RECENT:])
+            if est is not None:
+                known[k] = est
+        return with_prior(known, classes)
 
     def queued_job(j: SimJob) -> QueuedJob:
         est = estimate(j)
@@ -212,7 +223,10 @@ def simulate(jobs: list[SimJob], policy: Policy, estimates: str = "none") -> Sim
                 del running[job_id]
                 history.setdefault(j.klass, []).append(j.duration_s)
                 end = max(end, now)
-        q = [queued_job(by_id[i]) for i in sorted(queued, key=seq.__getitem__)]
+        order = sorted(queued, key=seq.__getitem__)
+        if estimates == "learned":  # as the pass: the head of the queue and the running jobs
+            guesses = learned_guesses([by_id[i].klass for i in order[:window] + list(running)])
+        q = [queued_job(by_id[i]) for i in order]
         starts = policy(q, [running_job(i) for i in running], now)
         held = {g for gpus, _ in running.values() for g in gpus}
         for job_id, gpus in starts:

@@ -15,9 +15,12 @@ every later one waits behind it. 0 (the default) is strict: the age limit alone.
 by EASY (every end known) is never bypassed this way.
 
 Learned estimates (runtime/estimates.py: ``QueuedJob.learned``, ``RunningJob.end_guessed``) are
-used as time limits are, except that nothing stops a job at its guess: a job whose duration is
-only guessed never overtakes a head that has waited ``starvation_s``, so the age limit holds
-whatever the guesses.
+used as time limits are, for the head's shadow time and for backfill, except that nothing stops
+a job at its guess. So while any running job is past its guessed end (guesses are failing), a
+job whose duration is only guessed never overtakes a head that has waited ``starvation_s``. A
+guessed job that passes an aged head was expected to end before the head's start; if it runs
+over, no further guess passes until it ends, so the head is delayed by at most the overruns of
+the guessed jobs already running, never by a stream of later ones: the age limit stays a bound.
 
 Quotas (``Inventory.quotas``, GPUs per project), after Kueue's nominal quota and borrowing:
 
@@ -162,10 +165,12 @@ def schedule(
     head_blocked_at: float | None = None  # EASY: shadow time of the first blocked GPU job
     head_extra = 0  # GPUs the head will not need at its shadow time: open to longer jobs
     head_seq: int | None = None  # bounded bypass: jobs up to head_seq + bypass_jobs may overtake
-    head_aged = False  # the head has waited starvation_s: guesses may no longer overtake it
+    head_aged = False  # the head has waited starvation_s: guesses pass it only while none fail
     starting: list[tuple[float | None, int]] = []  # (expected end, GPUs) of this pass's starts
     # A GPU job without a time limit makes every shadow time unknown: no need to compute one.
     end_unknown = any(r.gpus and r.expected_end is None for r in running)
+    # A running job past its guessed end: guesses are failing, none may pass an aged head now.
+    overdue = any(_overdue(r, now) for r in running)
 
     for job in order:
         if job.gpus == 0:
@@ -182,8 +187,9 @@ def schedule(
             continue
         borrowing = not within[job.job_id]
         available = [g for g in free if g not in reserved]
+        guess_barred = job.learned and head_aged and overdue
         short = head_blocked_at is not None and (
-            (_may_backfill(job, now, head_blocked_at) and not (job.learned and head_aged))
+            (_may_backfill(job, now, head_blocked_at) and not guess_barred)
             or (head_seq is not None and job.seq <= head_seq + inv.bypass_jobs)
         )
         if short:
@@ -312,6 +318,11 @@ def _may_backfill(job: QueuedJob, now: float, shadow: float) -> bool:
     could delay it, and a stream of jobs with time limits would starve it.
     """
     return job.duration_est_s is not None and now + job.duration_est_s <= shadow < float("inf")
+
+
+def _overdue(r: RunningJob, now: float) -> bool:
+    """A running GPU job past its guessed end (a time limit's end is enforced, not guessed)."""
+    return bool(r.gpus) and r.end_guessed and r.expected_end is not None and r.expected_end < now
 
 
 def _expected_free_at(
