@@ -130,6 +130,13 @@ _TABLE = (
         " longer requeued",
         "a whole number >= 0", _at_least(0),
     ),
+    Setting(
+        "AIR_RENDEZVOUS_TIMEOUT_S", "float", 300.0,
+        "seconds a gang waits at its rendezvous: once one rank has entered"
+        " `init_process_group`, the job fails if some rank has not within this time (each"
+        " node's torchrun must join within it too)",
+        "a number of seconds > 0", _positive,
+    ),
     # --- the scheduler --------------------------------------------------------------------
     Setting(
         "AIR_CPU_SLOTS", "int", None,

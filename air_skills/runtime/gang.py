@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from air_skills import settings
 from air_skills.runtime import nccl
 from air_skills.runtime.outcomes import InfraFailure
 from air_skills.runtime.proc import signal_name
 from air_skills.runtime.summary_block import read_tail
 
-# A node that has not joined the rendezvous by then fails the gang (torchrun's join_timeout).
-RENDEZVOUS_TIMEOUT_S = 300
 PREFIX_TEMPLATE = "[rank${rank}]: "
 _PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
 _RAY_PREFIX = re.compile(r"^\([^)]*\) ")  # Ray's "(NodeRank pid=1, ip=...) " before a line
@@ -62,13 +61,19 @@ def torchrun_argv(
     node_rank: int = 0,
     master_addr: str | None = None,
     master_port: int | None = None,
+    rendezvous_s: float | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` as ``procs`` ranks on this node under torchrun.
 
     torchrun runs under the command's own Python when the command is a Python one (torch must
     be installed where the script runs); any other program runs as is (``--no-python``) under
     the runtime's Python. Single-node gangs use ``--standalone`` (a free port on localhost).
+    A node that has not joined the rendezvous within ``rendezvous_s`` (default:
+    AIR_RENDEZVOUS_TIMEOUT_S) fails the gang (torchrun's join_timeout).
     """
+    if rendezvous_s is None:
+        rendezvous_s = settings.get("AIR_RENDEZVOUS_TIMEOUT_S")
+    rdzv_s = max(1, math.ceil(rendezvous_s))
     python = command[0] if is_python(command[0]) else sys.executable
     argv = [python, "-m", "torch.distributed.run"]
     if nnodes == 1:
@@ -88,7 +93,8 @@ def torchrun_argv(
         "--nproc-per-node",
         str(procs),
         "--rdzv-conf",
-        f"join_timeout={RENDEZVOUS_TIMEOUT_S}",
+        # join_timeout: the c10d rendezvous of --standalone; timeout: the static one of nodes.
+        f"join_timeout={rdzv_s},timeout={rdzv_s}",
         # Every rank's output, line by line with its prefix, into the job's log.
         "--tee",
         "3",

@@ -23,6 +23,9 @@ GANG = """
 import os, sys, time
 import torch, torch.distributed as dist
 mode = sys.argv[1]
+if mode == "late" and os.environ["RANK"] == "1":
+    print("rank 1 is loading a huge dataset", flush=True)
+    time.sleep(600)  # never reaches the rendezvous in time
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 t = torch.ones(1) * (rank + 1)
@@ -109,6 +112,34 @@ def test_cancel_stops_every_rank(client: Client) -> None:
     wait_until(lambda: not processes_with(token), timeout_s=5)
 
 
+def test_rank_that_never_joins_fails_the_gang_after_the_rendezvous_timeout(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_RENDEZVOUS_TIMEOUT_S", "5")
+    token = uuid.uuid4().hex
+    info = client.launch(gang_spec("late", token))
+    info = client.wait([info.job_id], timeout_s=120)[0]
+    assert info.status == JobStatus.FAILED, info.message
+    assert info.failure_kind == "user"
+    assert "rendezvous timed out after 5 s: rank 0 joined; rank 1 never joined" in info.message
+    assert "rank 1 is loading a huge dataset" in info.message  # its last line
+    assert "init_process_group" in info.message and "Next:" in info.message
+    wait_until(lambda: not processes_with(token), timeout_s=10)
+
+
+def test_a_gang_that_never_calls_init_is_not_bound_by_the_rendezvous_timeout(
+    client: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AIR_RENDEZVOUS_TIMEOUT_S", "1")
+    script = tmp_path / "plain.py"
+    script.write_text("import os, time\ntime.sleep(4)\nprint('done', os.environ['RANK'])\n")
+    info = client.launch(JobSpec(command=[PY, str(script)], procs=2, cpus=2, track=False))
+    info = client.wait([info.job_id], timeout_s=120)[0]
+    assert info.status == JobStatus.SUCCEEDED, info.message
+    log = client.logs(info.job_id, tail=None).text
+    assert "[rank0]: done 0" in log and "[rank1]: done 1" in log
+
+
 @pytest.mark.slow
 def test_nccl_watchdog_is_infra_and_retried(client: Client) -> None:
     token = uuid.uuid4().hex
@@ -171,12 +202,12 @@ def test_ranks_of_a_gang_whose_supervisor_died_are_ended(
     wait_until(lambda: log().count(" sum ") == 2, timeout_s=90)
     assert len(proc.job_processes(info.job_id)) >= 3  # torchrun and two ranks
     row = client.store.row(info.job_id)
-    os.kill(row["supervisor_pid"], signal.SIGKILL)
-    wait_until(lambda: not proc.alive(row["supervisor_pid"], row["supervisor_start"]), 10)
+    os.kill(row.supervisor_pid, signal.SIGKILL)
+    wait_until(lambda: not proc.alive(row.supervisor_pid, row.supervisor_start), 10)
     # No retry: a retry's processes would carry the same AIR_JOB_ID.
     monkeypatch.setenv("AIR_MAX_INFRA_RETRIES", "0")
     client.list()  # reconciles: the lost supervisor's job is settled and its ranks ended
-    assert client.store.row(info.job_id)["status"] == "FAILED"
+    assert client.store.row(info.job_id).status == "FAILED"
     wait_until(lambda: not proc.job_processes(info.job_id), timeout_s=5)
     assert not processes_with(token)
 

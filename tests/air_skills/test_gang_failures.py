@@ -133,6 +133,10 @@ def test_torchrun_argv() -> None:
     assert argv[:3] == ["python3", "-m", "torch.distributed.run"]
     assert "--standalone" in argv and argv[argv.index("--nproc-per-node") + 1] == "2"
     assert argv[-4:] == ["python3", "t.py", "--lr", "1"] and argv[-5] == "--no-python"
+    # AIR_RENDEZVOUS_TIMEOUT_S (default 300) bounds both torchrun rendezvous kinds.
+    assert argv[argv.index("--rdzv-conf") + 1] == "join_timeout=300,timeout=300"
+    short = gang.torchrun_argv(["python3", "t.py"], 2, "/x", grace_s=2, rendezvous_s=4.2)
+    assert short[short.index("--rdzv-conf") + 1] == "join_timeout=5,timeout=5"
     multi = gang.torchrun_argv(
         ["./train"], 4, "/x", grace_s=2, nnodes=2, node_rank=1, master_addr="10.0.0.1",
         master_port=29500,
@@ -161,3 +165,24 @@ def test_study_procs_per_trial_reaches_the_trial_spec() -> None:
     for bad in ({"procs_per_trial": 0}, {"procs_per_trial": "gpu", "gpus_per_trial": 0}):
         with pytest.raises(ValueError, match="procs_per_trial"):
             Study.model_validate({**base, **bad})
+
+
+def test_ray_gang_log_lines_are_infra_and_say_whether_a_retry_may_place_it(
+    tmp_path: Path,
+) -> None:
+    from air_skills.backends.ray import gang_driver, gangs
+
+    died = "(driver) [air] node died: node 1 (127.0.0.1): ActorDiedError: the node died\n"
+    infra, placeable = gangs.log_infra(write(tmp_path, "[rank0]: step 1\n" + died), 2)
+    assert "a node of the 2-node gang died (node 1" in infra.what and infra.source == "ray"
+    assert placeable  # the reconciler checks the cluster's fit before the retry
+    plan = {"rendezvous_s": 30.0}
+    line = gang_driver.never_joined([0, 2], 4, plan)
+    assert line == (
+        "[air] not joined: rendezvous timed out after 30 s: node ranks 0, 2 joined;"
+        " node ranks 1, 3 never joined"
+    )
+    infra, placeable = gangs.log_infra(write(tmp_path, line + "\n"), 4)
+    assert infra.what.startswith("rendezvous timed out after 30 s: node ranks 0, 2 joined")
+    assert not placeable
+    assert "no node joined; node rank 0 never joined" in gang_driver.never_joined([], 1, plan)

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from air_skills import settings
-from air_skills.backends.ray.gangs import NODE_DIED, NOT_PLACED
+from air_skills.backends.ray.gangs import NODE_DIED, NOT_JOINED, NOT_PLACED
 from air_skills.runtime import gang, proc
 
 EXIT_NODE_DIED = 75  # EX_TEMPFAIL: the reconciler makes it infra by the NODE_DIED line
@@ -87,6 +87,7 @@ def _node_argv(plan: dict[str, Any], i: int, master: str, port: int) -> list[str
         node_rank=i,
         master_addr=master,
         master_port=port,
+        rendezvous_s=plan["rendezvous_s"],
     )
 
 
@@ -94,7 +95,7 @@ def main() -> int:
     plan: dict[str, Any] = json.loads(settings.get("AIR_GANG_PLAN"))
     del os.environ["AIR_GANG_PLAN"]  # the ranks' environment is the job's, without it
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     ray.init()
@@ -122,9 +123,17 @@ def main() -> int:
         ).remote()
         for i in range(n)
     ]
+    # Every node's actor must start (its worker, its runtime env) within the rendezvous
+    # timeout, or the gang fails naming the node ranks that joined.
+    ids = [a.node_id.remote() for a in actors]
+    ready, _ = ray.wait(ids, num_returns=n, timeout=plan["rendezvous_s"])
+    if len(ready) < n:
+        print(never_joined([i for i, r in enumerate(ids) if r in ready], n, plan), flush=True)
+        _teardown(ray, actors, pg, plan["grace_s"])
+        return EXIT_NOT_PLACED
     # The address each node registered with Ray (what its peers reach it by).
     address = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-    ips = [address[node] for node in ray.get([a.node_id.remote() for a in actors])]
+    ips = [address[node] for node in ray.get(ids)]
     port = ray.get(actors[0].free_port.remote())
     common = {"AIR_NUM_NODES": str(n), "AIR_NODE_IPS": ",".join(ips), **gang.gang_env()}
     runs = {
@@ -153,17 +162,38 @@ def main() -> int:
             print(f"[air] node {i} ({ips[i]}) failed (exit code {code}); stopping the others")
             rc = code
             break
-    if pending or stopping["now"]:
-        stops = [a.stop.remote(plan["grace_s"]) for a in actors]
+    _teardown(ray, actors if pending or stopping["now"] else [], pg, plan["grace_s"])
+    sys.stdout.flush()
+    return 143 if stopping["now"] and rc == 0 else rc
+
+
+def never_joined(joined: list[int], n: int, plan: dict[str, Any]) -> str:
+    """The NOT_JOINED line: which node ranks' actors started in time, which never did."""
+    missing = [i for i in range(n) if i not in joined]
+
+    def ranks(nodes: list[int]) -> str:
+        word = "node rank" if len(nodes) == 1 else "node ranks"
+        return f"{word} {', '.join(str(i) for i in nodes)}" if nodes else "no node"
+
+    return (
+        f"{NOT_JOINED} rendezvous timed out after {plan['rendezvous_s']:g} s:"
+        f" {ranks(joined)} joined; {ranks(missing)} never joined"
+    )
+
+
+def _teardown(ray: Any, actors: list[Any], pg: Any, grace_s: float) -> None:
+    """Stop the nodes' torchruns (TERM, grace, KILL), end the actors, free the bundles."""
+    from ray.util.placement_group import remove_placement_group
+
+    if actors:
+        stops = [a.stop.remote(grace_s) for a in actors]
         with contextlib.suppress(Exception):
-            ray.get(stops, timeout=plan["grace_s"] + 10)
+            ray.get(stops, timeout=grace_s + 10)
         for a in actors:
             with contextlib.suppress(Exception):
                 ray.kill(a)
     with contextlib.suppress(Exception):
         remove_placement_group(pg)
-    sys.stdout.flush()
-    return 143 if stopping["now"] and rc == 0 else rc
 
 
 if __name__ == "__main__":

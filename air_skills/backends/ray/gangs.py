@@ -23,6 +23,7 @@ from air_skills.runtime.summary_block import read_tail
 # Lines the gang's driver (gang_driver.py) writes to the log; read back by log_infra.
 NODE_DIED = "[air] node died:"
 NOT_PLACED = "[air] not placed:"
+NOT_JOINED = "[air] not joined:"  # a node's actor never started within the rendezvous timeout
 # The driver's own environment: every line of every rank, with no colour codes.
 DRIVER_ENV = {"RAY_DEDUP_LOGS": "0", "RAY_COLOR_PREFIX": "0"}
 
@@ -58,7 +59,7 @@ def entry(spec: JobSpec, folder: str) -> Entry:
         "gpus": spec.gpus,
         "cpus": cpus,
         "grace_s": grace,
-        "rendezvous_s": gang.RENDEZVOUS_TIMEOUT_S,
+        "rendezvous_s": settings.get("AIR_RENDEZVOUS_TIMEOUT_S"),
         "log_dir": f"{folder}/ranks",
     }
     python = spec.command[0] if gang.is_python(spec.command[0]) else sys.executable
@@ -99,11 +100,13 @@ def log_infra(log_path: str, nodes: int) -> tuple[InfraFailure, bool] | None:
         bare = gang.strip_ray_prefix(line)
         if bare.startswith(NODE_DIED):
             what = bare[len(NODE_DIED) :].strip()
-            # Not retried: until Ray has noticed, it still counts the node, and a new
-            # placement would wait on it; the cluster is for a person to look at first.
-            return InfraFailure(f"a node of the {nodes}-node gang died ({what})", "ray"), False
-        if bare.startswith(NOT_PLACED):
-            return InfraFailure(bare[len(NOT_PLACED) :].strip(), "ray"), False
+            # Retried as any infra failure when the cluster still has room for the gang (the
+            # reconciler checks its fit first); the retry's placement waits up to the
+            # rendezvous timeout for the nodes, then fails as NOT_PLACED.
+            return InfraFailure(f"a node of the {nodes}-node gang died ({what})", "ray"), True
+        for mark in (NOT_PLACED, NOT_JOINED):  # not retried: a person looks at the cluster
+            if bare.startswith(mark):
+                return InfraFailure(bare[len(mark) :].strip(), "ray"), False
     found = nccl.signature(gang.strip_ray_prefix(line) for line in lines)
     if found is not None:
         return InfraFailure(nccl.describe(*found), "nccl"), True
