@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -24,6 +23,7 @@ from air_skills.runtime.log_read import BadOffset, read_log
 from air_skills.runtime.log_search import BadPattern, LogSearch, search_log
 from air_skills.runtime.orphans import sweep_orphans
 from air_skills.runtime.prepare import LaunchContext
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.store import Store
 from air_skills.vocabulary import Direction
 
@@ -114,8 +114,8 @@ class Client:
         from air_skills.runtime.job_code import pinned_snapshot
 
         row = self._row(job_id)
-        snapshot = rerun_snapshot(load_job_code(self.home, job_id, row["code"]))
-        spec = rerun_spec(self.home, job_id, json.loads(row["spec"]), config, patch)
+        snapshot = rerun_snapshot(load_job_code(self.home, job_id, row.code))
+        spec = rerun_spec(self.home, job_id, row.spec_dict(), config, patch)
         with pinned_snapshot(snapshot):
             return self._launch(spec, dry_run, snapshot)
 
@@ -157,7 +157,7 @@ class Client:
         for name in self.store.live_backends():
             self.backend(name).reconcile()
 
-    def _row(self, job_id: str) -> Any:
+    def _row(self, job_id: str) -> JobRecord:
         row = self.store.row(check_job_id(job_id))
         if row is None:
             raise NotFound(
@@ -224,7 +224,7 @@ class Client:
         rows = rows[:limit]
         return Page[JobInfo](
             items=[row_to_info(r) for r in rows],
-            next_cursor=str(rows[-1]["seq"]) if more else None,
+            next_cursor=str(rows[-1].seq) if more else None,
         )
 
     def scores(
@@ -247,18 +247,18 @@ class Client:
     ) -> LogSearch:
         """Lines of the job's log that match a regular expression (line numbers, byte offsets)."""
         row = self._row(job_id)
-        self.backend(row["backend"]).logs(row)  # Ray holds the output: bring the file up to date
+        self.backend(row.backend).logs(row)  # Ray holds the output: bring the file up to date
         try:
-            return search_log(row["log_path"], pattern, last_match, max_matches)
+            return search_log(row.log_path, pattern, last_match, max_matches)
         except BadPattern as exc:
             raise InvalidInput(str(exc), hint="give a Python regular expression") from None
 
     def logs(self, job_id: str, tail: int | None = 100, offset: int | None = None) -> LogChunk:
         """The last ``tail`` lines, or (with ``offset``) the bytes from that offset on."""
         row = self._row(job_id)
-        self.backend(row["backend"]).logs(row)  # Ray holds the output: bring the file up to date
+        self.backend(row.backend).logs(row)  # Ray holds the output: bring the file up to date
         try:
-            part = read_log(row["log_path"], tail, offset)
+            part = read_log(row.log_path, tail, offset)
         except BadOffset as exc:
             raise InvalidInput(str(exc), hint="pass next_offset as given") from None
         return LogChunk(job_id=job_id, **vars(part))
@@ -271,7 +271,7 @@ class Client:
         max_points: int = 200,
     ) -> Metrics:
         row = self._row(job_id)
-        run_id = row["run_id"]
+        run_id = row.run_id
         if not run_id:
             raise NotFound(
                 f"job {job_id} has no MLflow run (launched with track=false, or tracking was"
@@ -341,16 +341,16 @@ class Client:
         """Cancel a queued or running job (SIGTERM, then SIGKILL after the grace period)."""
         row = self._row(job_id)
         reason = reason or "cancelled by request"
-        return self.backend(row["backend"]).cancel(row, reason, wait_s)
+        return self.backend(row.backend).cancel(row, reason, wait_s)
 
     def cancel_all(self, reason: str | None = None) -> list[JobInfo]:
         rows = self.store.live_rows()
         out = []
         for row in rows:
             try:
-                out.append(self.cancel(row["job_id"], reason, wait_s=0))
+                out.append(self.cancel(row.job_id, reason, wait_s=0))
             except InvalidState:
-                out.append(self.get(row["job_id"]))
+                out.append(self.get(row.job_id))
         ids = [i.job_id for i in out if not i.status.is_terminal()]
         if ids:
             out = self.wait(ids, timeout_s=15, any=False) + [
@@ -370,8 +370,7 @@ class Client:
     def holders(self) -> dict[str, str]:
         """Each running job as `job-id (project)`, or `(project, borrowing)` beyond its quota."""
         return {
-            r["job_id"]: f"{r['job_id']} ({r['project']}"
-            + (", borrowing)" if r["borrowing"] else ")")
+            r.job_id: f"{r.job_id} ({r.project}" + (", borrowing)" if r.borrowing else ")")
             for r in self.store.running_rows()
         }
 

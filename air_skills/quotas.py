@@ -11,7 +11,6 @@ answer depends on which jobs still run.
 from __future__ import annotations
 
 import difflib
-import json
 from typing import TYPE_CHECKING, Any
 
 from air_skills.errors import InvalidInput, NotFound
@@ -134,9 +133,9 @@ def list_quotas(store: Store) -> list[dict[str, Any]]:
     live = store.live_rows()
     for r in live:
         row = rows.setdefault(
-            r["project"],
+            r.project,
             {
-                "project": r["project"],
+                "project": r.project,
                 "quota": None,
                 "in_use": 0,
                 "borrowing": 0,
@@ -144,14 +143,14 @@ def list_quotas(store: Store) -> list[dict[str, Any]]:
                 "queued_gpus": 0,
             },
         )
-        if r["status"] == "RUNNING":
-            n = len(json.loads(r["gpus"]))
+        if r.status == "RUNNING":
+            n = len(r.gpu_list())
             row["in_use"] += n
-            if r["borrowing"]:
+            if r.borrowing:
                 row["borrowing"] += n
         else:
             row["queued"] += 1
-            row["queued_gpus"] += r["gpus_requested"]
+            row["queued_gpus"] += r.gpus_requested
     return sorted(rows.values(), key=lambda r: (r["quota"] is None, r["project"]))
 
 

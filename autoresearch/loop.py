@@ -100,6 +100,7 @@ class StudyLoop(TrialLauncher, TrialWatch):
             from air_skills.client import Client
 
             self._client = Client()
+            self._client.runtime.keep_spares = True  # long-lived: claims spare MLflow runs
         return self._client
 
     # --- the run ---

@@ -19,8 +19,6 @@ MAX_PRIOR_JOBS = 100
 
 def _prior(study: Any, job_ids: list[str], client: Any) -> list[dict[str, Any]]:
     """Each prior job's id, run, config and diff against the base config (checked first)."""
-    import json
-
     ids = list(dict.fromkeys(job_ids))
     if len(ids) > MAX_PRIOR_JOBS:
         raise InvalidInput(
@@ -30,7 +28,7 @@ def _prior(study: Any, job_ids: list[str], client: Any) -> list[dict[str, Any]]:
     out = []
     for job_id in ids:
         info = client.get(job_id)  # NotFound names the id, with where ids come from
-        config = json.loads(client.store.row(job_id)["spec"]).get("config") or {}
+        config = client.store.row(job_id).spec_dict().get("config") or {}
         base = study.base_config
         diff = {k: v for k, v in config.items() if base.get(k, _UNSET) != v}
         # A key of the base config that the job lacks ran at its script default: not the base.

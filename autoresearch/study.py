@@ -4,6 +4,7 @@ check that it can run here, and write it back. Its schema is in ``study_schema``
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -111,34 +112,73 @@ def parse_study(data: Any, source: str = "study") -> Study:
         ) from None
 
 
+def anchor_workdir(study: Study, base: Path, origin: str) -> Study:
+    """The one place a relative ``workdir`` is decided: joined to ``base`` (``origin`` says
+    what that folder is: the study file's, or the caller's for an inline study), as docker
+    compose and GitHub Actions do. An absolute workdir stays. The study's other relative
+    paths (its script, the evaluator's, data) are relative to this workdir."""
+    given = study.workdir
+    path = Path(given).expanduser()
+    base = _folder(base.expanduser())
+    workdir = (base / path).resolve()  # an absolute path replaces base
+    note = f"workdir {given!r}"
+    if not path.is_absolute():
+        note += f" resolved against {origin} {base}"
+    out = study.model_copy(update={"workdir": str(workdir)})
+    out._workdir_note = study._workdir_note or note  # the first anchoring is what the user wrote
+    return out
+
+
 def check_runnable(study: Study, base: Path | None = None) -> Study:
-    """Resolve ``workdir`` against ``base`` (default: cwd) and check that it and the script
-    exist, so a typo fails now rather than as N failed trials."""
-    base = base or Path.cwd()
-    workdir = (base / study.workdir).expanduser().resolve()
-    problems = []
+    """The study with an absolute workdir, once its folder and the files it names exist, so
+    a typo fails now rather than as N failed trials. A workdir still relative (an inline
+    study) resolves against ``base``, else the current folder."""
+    if not Path(study.workdir).expanduser().is_absolute():
+        origin = "the given folder" if base is not None else "the current folder"
+        study = anchor_workdir(study, base or Path.cwd(), origin)
+    workdir = Path(study.workdir)
+    note = study._workdir_note or f"workdir {study.workdir!r}"
     if not workdir.is_dir():
-        problems.append(f"workdir: folder {workdir} does not exist")
+        problems = [f"{note}: folder {workdir} not found"]
     else:
-        for arg in study.command[1:2]:
-            if arg.endswith(".py") and not (workdir / arg).exists():
-                problems.append(
-                    f"command: script {arg} not found in workdir {workdir}"
-                    " (workdir is relative to the folder you run from)"
-                )
+        problems = [f"{where}: {note}: {full} not found" for where, full in _missing(study)]
     if problems:
         raise InvalidSpec(
             f"study {study.name!r} cannot run:",
             problems=problems,
-            hint="fix workdir or command, or run from the folder the study file expects",
+            hint="a study file's workdir is relative to the file's folder (an inline study's:"
+            " to the current folder); its script, evaluator and data paths are relative to"
+            " the workdir",
         )
-    return study.model_copy(update={"workdir": str(workdir)})
+    return study
+
+
+def _missing(study: Study) -> list[tuple[str, Path]]:
+    """(field, absolute path) of each file the study names that is not there."""
+    from air_skills.runtime.launch_check import script_args
+
+    workdir = Path(study.workdir)
+    named = [("command", a) for a in script_args(study.command)]
+    if study.evaluate is not None:  # runs in a copy of the workdir: the same relative paths
+        named += [("evaluate.command", a) for a in script_args(study.evaluate.command)]
+    named += [(f"data.{d.name}", d.path) for d in study.data]
+    out = []
+    for where, given in named:
+        full = Path(os.path.normpath(workdir / Path(given).expanduser()))  # absolute stays
+        if not full.exists():
+            out.append((where, full))
+    return out
 
 
 def load_study(source: str | Path | dict[str, Any], base: Path | None = None) -> Study:
-    """A study from a YAML file, a study folder (its saved study.yaml) or a dict; validated."""
+    """A study from a YAML file, a study folder (its saved study.yaml) or a dict; validated.
+
+    A file's relative workdir is made absolute against the file's folder; a dict's against
+    ``base`` when given, else it stays relative until ``check_runnable`` (the caller's cwd).
+    """
     if isinstance(source, dict):
-        return parse_study(source, "inline study")
+        study = parse_study(source, "inline study")
+        return anchor_workdir(study, base, "the given folder") if base is not None else study
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / "study.yaml").exists():
@@ -146,9 +186,17 @@ def load_study(source: str | Path | dict[str, Any], base: Path | None = None) ->
 
             saved = replay(Journal(path).read()).study
             if saved:
-                return parse_study(saved, f"journal study in {path}")
+                study = parse_study(saved, f"journal study in {path}")
+                return anchor_workdir(study, _folder(path), "the study folder")
         path = path / "study.yaml"
-    return parse_study(read_yaml(path), f"study file {path}")
+    study = parse_study(read_yaml(path), f"study file {path}")
+    return anchor_workdir(study, _folder(path).parent, "the study file's folder")
+
+
+def _folder(path: Path) -> Path:
+    """``path`` made absolute without following symlinks: a linked study file's relative
+    paths start beside the link, as the user sees it."""
+    return Path(os.path.abspath(path))
 
 
 def default_study_dir(study: Study, base: Path | None = None) -> Path:
@@ -177,6 +225,7 @@ __all__ = [
     "RandomProposerConfig",
     "Study",
     "TpeProposerConfig",
+    "anchor_workdir",
     "check_runnable",
     "check_value",
     "default_study_dir",

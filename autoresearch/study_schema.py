@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -244,7 +245,9 @@ class Study(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
     command: list[str] = Field(min_length=1)  # argv; the config arrives in AIR_CONFIG_FILE
-    workdir: str = "."  # relative to the folder the loop starts in
+    # relative: to the study file's folder (an inline study: the caller's folder); the
+    # study's other relative paths (script, evaluator, data) are relative to the workdir
+    workdir: str = "."
     base_config: dict[str, Any] = Field(default_factory=dict)
     code: CodeSection | None = None  # code-level trials (patches); None: config-only
     search_space: dict[str, Param]  # may be left out (or empty) in a study with `code`
@@ -266,6 +269,9 @@ class Study(_Strict):
     data: list[DataInput] = Field(default_factory=list)  # [{name, path}], as in a job spec
     image: str | None = Field(default=None, max_length=255)  # every trial runs in it (JobSpec)
     evaluate: Evaluate | None = None  # a trusted evaluator (needs `code`)
+    # How ``workdir`` became absolute, for a not-found error ("workdir '.' resolved against
+    # the study file's folder /x"); set by autoresearch.study.anchor_workdir, not a key.
+    _workdir_note: str | None = PrivateAttr(default=None)
 
     @field_validator("command", mode="before")
     @classmethod

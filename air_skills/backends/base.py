@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -12,6 +11,7 @@ from air_skills.errors import BackendUnavailable, InvalidInput, InvalidState
 if TYPE_CHECKING:
     from air_skills.models import JobInfo, JobSpec
     from air_skills.runtime.prepare import LaunchContext
+    from air_skills.runtime.records import JobRecord
 
 
 class Backend(Protocol):
@@ -21,7 +21,7 @@ class Backend(Protocol):
         """Record and start (or queue) the job; with ``dry_run``, say what would happen."""
         ...
 
-    def cancel(self, record: sqlite3.Row, reason: str, wait_s: float) -> JobInfo:
+    def cancel(self, record: JobRecord, reason: str, wait_s: float) -> JobInfo:
         """Stop a queued or running job; raise ``already_finished`` for a terminal one."""
         ...
 
@@ -29,7 +29,7 @@ class Backend(Protocol):
         """Settle this backend's live records against what really runs; how many changed."""
         ...
 
-    def logs(self, record: sqlite3.Row) -> None:
+    def logs(self, record: JobRecord) -> None:
         """Bring the job's log file up to date (a no-op where the job writes it itself)."""
         ...
 

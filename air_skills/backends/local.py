@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from datetime import UTC, datetime
 
@@ -26,6 +25,7 @@ from air_skills.runtime.prepare import (
     prepare_job,
     recording,
 )
+from air_skills.runtime.records import JobRecord
 from air_skills.tracking.mlflow import tracking_uri
 
 
@@ -91,20 +91,23 @@ class LocalBackend:
                 decided = passes.run_pass(store, c, gpus, new_job=job.job_id)
             else:
                 give_back_run(self.runtime, c, job)
-        if decided is None:  # a concurrent caller with the same idempotency key won
+        # A concurrent caller with this idempotency key won: the same spec gets its job (ours
+        # is discarded); another spec raised idempotency-conflict in queue, and `recording`
+        # discarded ours and rolled back the spare run it claimed.
+        if decided is None:
             return self._info(got)
         passes.act_on_pass(store, decided)
         return self._info(job.job_id)
 
-    def cancel(self, record: sqlite3.Row, reason: str, wait_s: float) -> JobInfo:
+    def cancel(self, record: JobRecord, reason: str, wait_s: float) -> JobInfo:
         """A queued job ends at once; a running one is stopped by its supervisor (SIGTERM,
         then SIGKILL after the grace period), waited for up to ``wait_s``."""
         store = self.runtime.store
-        job_id = record["job_id"]
+        job_id = record.job_id
         with store.tx() as c:
             current = store.row_in(c, job_id)
             assert current is not None  # records are never deleted
-            status = JobStatus(current["status"])
+            status = JobStatus(current.status)
             if status.is_terminal():
                 raise already_finished(job_id, status.value)
             if status == JobStatus.QUEUED:
@@ -114,7 +117,7 @@ class LocalBackend:
         if status == JobStatus.RUNNING:
             passes.signal_stop(current)
             self._wait_ended(job_id, wait_s)
-        elif current["run_id"]:  # no supervisor will end the run of a job that never started
+        elif current.run_id:  # no supervisor will end the run of a job that never started
             try:
                 finish_unstarted(self.runtime.home, current, JobStatus.CANCELLED.value)
             except Exception:  # the job is cancelled all the same; the run stays as it was
@@ -125,7 +128,7 @@ class LocalBackend:
         """Settle RUNNING records whose supervisor is gone (requeue or fail them)."""
         return passes.reconcile(self.runtime.store)
 
-    def logs(self, record: sqlite3.Row) -> None:
+    def logs(self, record: JobRecord) -> None:
         """Nothing to do: the supervisor writes the job's log file as the job runs."""
 
     def _info(self, job_id: str) -> JobInfo:
@@ -142,7 +145,7 @@ class LocalBackend:
         while True:
             self.reconcile()
             row = self.runtime.store.row(job_id)
-            if row is None or JobStatus(row["status"]).is_terminal():
+            if row is None or JobStatus(row.status).is_terminal():
                 return
             if time.monotonic() >= deadline:
                 return

@@ -77,7 +77,9 @@ def launch(
     image: Optional[str] = typer.Option(
         None, "--image", help="run in this container image (podman or docker)"
     ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="validate and show; launch nothing"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="validate (executable, script) and show; launch nothing"
+    ),
     watch: bool = typer.Option(False, "--watch", help="follow the log until the job ends"),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -115,7 +117,9 @@ def launch(
     if config:
         spec["config"] = {**(spec.get("config") or {}), **config}
     c = client()
-    info = c.launch(spec, dry_run=dry_run)
+    # strict: a dry run of a command that would not start (`pyhton`, a misspelt script)
+    # is an invalid-spec error, exit 2, as MCP's launch_job gives it; not a line to miss
+    info = c.launch(spec, dry_run=dry_run, strict=True)
     if as_json:
         emit_json(info)
     else:

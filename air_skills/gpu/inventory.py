@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from air_skills.gpu.providers import provider
 from air_skills.models import GpuInfo
 
+if TYPE_CHECKING:
+    from air_skills.runtime.records import JobRecord
 
-def gpu_table(cordons: Mapping[int, Any], running: Iterable[Any]) -> list[GpuInfo]:
+
+def gpu_table(cordons: Mapping[int, Any], running: Iterable[JobRecord]) -> list[GpuInfo]:
     """Each GPU of this machine with its health, cordon and the local jobs on it.
 
-    ``cordons``: the store's GPU rows by index; ``running``: its running local job rows.
+    ``cordons``: the store's GPU rows by index; ``running``: its running local jobs' records.
     Health is the stored verdict (unhealthy from a failed check until uncordoned) or a
     critical fault that the check finds now.
     """
     holders: dict[int, list[str]] = {}
-    held_by: dict[int, Any] = {}
+    held_by: dict[int, JobRecord] = {}
     for r in running:
-        for g in json.loads(r["gpus"]):
-            holders.setdefault(g, []).append(r["job_id"])
+        for g in r.gpu_list():
+            holders.setdefault(g, []).append(r.job_id)
             held_by[g] = r
     devices = provider().devices()
     failing: dict[int, list[str]] = {}
@@ -42,8 +44,8 @@ def gpu_table(cordons: Mapping[int, Any], running: Iterable[Any]) -> list[GpuInf
                 cordoned=cordoned,
                 reason=(c["reason"] if cordoned else None) or now_failing,
                 job_ids=holders.get(d.index, []),
-                project=held_by[d.index]["project"] if d.index in held_by else None,
-                borrowing=bool(d.index in held_by and held_by[d.index]["borrowing"]),
+                project=held_by[d.index].project if d.index in held_by else None,
+                borrowing=bool(d.index in held_by and held_by[d.index].borrowing),
             )
         )
     return out

@@ -11,12 +11,12 @@ part lists the files changed with their +/- line counts, then the unified diff (
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from air_skills.runtime.code_source import JobCode, load_job_code
+from air_skills.runtime.records import JobRecord
 from air_skills.tracking.compare import NOT_SET
 
 SHORT_FILES = 8  # files named in the short form; the rest are counted
@@ -114,21 +114,21 @@ def file_changes(a: JobCode, b: JobCode, paths: Iterable[str] | None = None) -> 
     }
 
 
-def job_diff(home: Path, row_a: Any, row_b: Any) -> dict[str, Any]:
-    """Config and code differences between two jobs (store rows); ``code`` is None when
+def job_diff(home: Path, row_a: JobRecord, row_b: JobRecord) -> dict[str, Any]:
+    """Config and code differences between two jobs (their records); ``code`` is None when
     either ran its live folder (no snapshot to compare)."""
-    spec_a, spec_b = json.loads(row_a["spec"]), json.loads(row_b["spec"])
+    spec_a, spec_b = row_a.spec_dict(), row_b.spec_dict()
     out: dict[str, Any] = {
-        "a": row_a["job_id"],
-        "b": row_b["job_id"],
+        "a": row_a.job_id,
+        "b": row_b.job_id,
         "config": config_changes(spec_a.get("config") or {}, spec_b.get("config") or {}),
         "code": None,
     }
     if spec_a.get("command") != spec_b.get("command"):
         out["command"] = {"a": spec_a.get("command"), "b": spec_b.get("command")}
-    if row_a["code"] and row_b["code"]:
-        a = load_job_code(home, row_a["job_id"], row_a["code"])
-        b = load_job_code(home, row_b["job_id"], row_b["code"])
+    if row_a.code and row_b.code:
+        a = load_job_code(home, row_a.job_id, row_a.code)
+        b = load_job_code(home, row_b.job_id, row_b.code)
         out["code"] = file_changes(a, b)
     return out
 

@@ -12,18 +12,19 @@ from air_skills.runtime.code_diff import job_diff, short_code_diff
 from air_skills.runtime.code_export import export_branch, export_folder
 from air_skills.runtime.code_gc import collect
 from air_skills.runtime.code_source import JobCode, load_job_code
+from air_skills.runtime.records import JobRecord
 
 
 class CodeOps:
     """What ``air diff``, ``air code export``, ``air gc`` and the MCP code resource call."""
 
-    def __init__(self, home: Path, row: Callable[[str], Any]) -> None:
+    def __init__(self, home: Path, row: Callable[[str], JobRecord]) -> None:
         self.home = home
-        self._row = row  # job id -> store row; raises NotFound for an unknown job
+        self._row = row  # job id -> its record; raises NotFound for an unknown job
 
     def job_code(self, job_id: str) -> JobCode:
         """The job's code as launched (manifest + patch) from the store."""
-        return load_job_code(self.home, job_id, self._row(job_id)["code"])
+        return load_job_code(self.home, job_id, self._row(job_id).code)
 
     def diff(self, job_a: str, job_b: str) -> dict[str, Any]:
         """Config diff and code diff (files with +/- counts, then the unified diff)."""

@@ -9,15 +9,16 @@ from typing import Any
 from air_skills.gpu.providers import GpuFault, provider
 from air_skills.runtime import nccl
 from air_skills.runtime.outcomes import InfraFailure
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.store import Store
 
 
 def preflight(
-    store: Store, row: Any, spec: dict[str, Any], gpus: list[int]
+    store: Store, row: JobRecord, spec: dict[str, Any], gpus: list[int]
 ) -> tuple[list[GpuFault], str]:
     """The faults that keep the command from starting, and which check found them ([] when
     none); problems of the check itself are noted as the job's events."""
-    job_id = row["job_id"]
+    job_id = row.job_id
     checked = provider().faults(gpus) if gpus else []
     for note in dict.fromkeys(f.detail for f in checked if f.index < 0):
         store.event(job_id, "health-warning", f"GPU check problem: {note}")
@@ -27,13 +28,13 @@ def preflight(
     if gpus and (spec.get("deep_preflight") or _after_nccl(store, row)):
         from air_skills.gpu.deep_check import deep_preflight_faults
 
-        return deep_preflight_faults(gpus, row["log_path"]), "deep preflight"
+        return deep_preflight_faults(gpus, row.log_path), "deep preflight"
     return [], ""
 
 
-def _after_nccl(store: Store, row: Any) -> bool:
+def _after_nccl(store: Store, row: JobRecord) -> bool:
     """Whether this attempt retries an NCCL failure: its GPUs get the deep check first."""
-    return row["failure_kind"] == "infra" and nccl.retry_after_nccl(store.events(row["job_id"]))
+    return row.failure_kind == "infra" and nccl.retry_after_nccl(store.events(row.job_id))
 
 
 def cordon(store: Store, job_id: str, faults: list[GpuFault], when: str) -> InfraFailure | None:

@@ -7,12 +7,12 @@ import os
 import signal
 import threading
 import time
-from typing import Any
 
 from air_skills import settings
 from air_skills.gpu.providers import provider
 from air_skills.runtime import pass_queries, proc, signals
 from air_skills.runtime.passes import cpu_slots, gpu_indices
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.store import Store
 
 # With no job to run, a supervisor waits this long for a pass to hand it one (no process to
@@ -20,7 +20,7 @@ from air_skills.runtime.store import Store
 LINGER_S = settings.get("AIR_SUPERVISOR_LINGER_S")
 
 
-def wait_for_job(store: Store, linger_s: float = LINGER_S) -> Any:
+def wait_for_job(store: Store, linger_s: float = LINGER_S) -> JobRecord | None:
     """Wait, as an idle supervisor, for a pass to give this process a job; its row, or None."""
     if linger_s <= 0 or not signals.wakeup_installed():
         return None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.home import job_dir, read_launch_env
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.store import Store
 
 PLAN = "run_plan.json"  # in the job's folder until the supervisor has applied it
@@ -45,9 +46,9 @@ def drop_plan(jdir: Path) -> None:
     (jdir / PLAN).unlink(missing_ok=True)
 
 
-def is_pending(home: Path, row: Any) -> bool:
+def is_pending(home: Path, row: JobRecord) -> bool:
     """Whether the job's run is still to be made by its supervisor (before its command)."""
-    return not row["run_id"] and (job_dir(home, row["job_id"]) / PLAN).exists()
+    return not row.run_id and (job_dir(home, row.job_id) / PLAN).exists()
 
 
 def job_uri(home: Path, jdir: Path, plan: dict[str, Any] | None = None) -> str:
@@ -66,11 +67,11 @@ def _tracker(home: Path, jdir: Path, plan: dict[str, Any] | None) -> Any:
     return MlflowTracker(home, job_uri(home, jdir, plan))
 
 
-def _run_tags(row: Any, plan: dict[str, Any]) -> dict[str, str]:
+def _run_tags(row: JobRecord, plan: dict[str, Any]) -> dict[str, str]:
     return {
         **(plan.get("tags") or {}),
-        "air.job_id": row["job_id"],
-        "air.attempt": str(max(1, row["attempts"] or 1)),
+        "air.job_id": row.job_id,
+        "air.attempt": str(max(1, row.attempts or 1)),
     }
 
 
@@ -82,9 +83,9 @@ def _config(jdir: Path) -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
-def _log_extras(tracker: Any, run_id: str, row: Any, plan: dict[str, Any]) -> None:
+def _log_extras(tracker: Any, run_id: str, row: JobRecord, plan: dict[str, Any]) -> None:
     """The run's data inputs and dirty diff (both best effort, as at launch before)."""
-    data = json.loads(row["spec"]).get("data") or []
+    data = row.spec_dict().get("data") or []
     if data:
         from air_skills.tracking.data import log_inputs
 
@@ -95,16 +96,16 @@ def _log_extras(tracker: Any, run_id: str, row: Any, plan: dict[str, Any]) -> No
         tracker.log_text(run_id, plan["diff"], DIFF_ARTIFACT)
 
 
-def create_from_plan(home: Path, row: Any, plan: dict[str, Any]) -> tuple[str, str]:
+def create_from_plan(home: Path, row: JobRecord, plan: dict[str, Any]) -> tuple[str, str]:
     """Create the job's run as its plan says; (run_id, experiment_id). May raise."""
-    jdir = job_dir(home, row["job_id"])
+    jdir = job_dir(home, row.job_id)
     tracker = _tracker(home, jdir, plan)
     run_id, exp_id = tracker.create_run(
-        job_id=row["job_id"],
-        name=plan.get("name") or row["name"],
+        job_id=row.job_id,
+        name=plan.get("name") or row.name,
         experiment=plan.get("experiment"),
         config=_config(jdir),
-        tags={**(plan.get("tags") or {}), "air.attempt": str(max(1, row["attempts"] or 1))},
+        tags={**(plan.get("tags") or {}), "air.attempt": str(max(1, row.attempts or 1))},
     )
     try:
         _log_extras(tracker, run_id, row, plan)
@@ -113,42 +114,42 @@ def create_from_plan(home: Path, row: Any, plan: dict[str, Any]) -> tuple[str, s
     return run_id, exp_id
 
 
-def make_pending_run(store: Store, row: Any) -> Any:
+def make_pending_run(store: Store, row: JobRecord) -> JobRecord:
     """Create the run of a pending job before its command starts; the job's fresh record.
 
     Tracking down: the job runs without a run (its note says why), as a launch would have
     left it; end_run tries once more at the job's end.
     """
-    jdir = job_dir(store.home, row["job_id"])
+    jdir = job_dir(store.home, row.job_id)
     plan = read_plan(jdir)
-    if plan is None or row["run_id"]:
+    if plan is None or row.run_id:
         return row
     try:
         run_id, exp_id = create_from_plan(store.home, row, plan)
     except Exception as exc:
         message = getattr(exc, "message", None) or str(exc)[:200]
-        store.set_tracking_note(row["job_id"], f"tracking unavailable: {message}")
-        return store.row(row["job_id"]) or row
-    store.set_tracking(row["job_id"], run_id, exp_id)
+        store.set_tracking_note(row.job_id, f"tracking unavailable: {message}")
+        return store.row(row.job_id) or row
+    store.set_tracking(row.job_id, run_id, exp_id)
     drop_plan(jdir)
-    return store.row(row["job_id"]) or row
+    return store.row(row.job_id) or row
 
 
-def finish_unstarted(home: Path, row: Any, status: str) -> None:
+def finish_unstarted(home: Path, row: JobRecord, status: str) -> None:
     """End the run of a job that never started (cancelled while queued), completed from its
     plan first when it was made ahead. Raises when tracking is unavailable."""
-    jdir = job_dir(home, row["job_id"])
+    jdir = job_dir(home, row.job_id)
     plan = read_plan(jdir)
     tracker = _tracker(home, jdir, plan)
     if plan is not None:
         tracker.fill_run(
-            row["run_id"],
-            name=plan.get("name") or row["name"],
+            row.run_id,
+            name=plan.get("name") or row.name,
             config=_config(jdir),
             tags=_run_tags(row, plan),
         )
         drop_plan(jdir)
-    tracker.finish_run(row["run_id"], status, {})
+    tracker.finish_run(row.run_id, status, {})
 
 
 class RunWork:
@@ -156,7 +157,7 @@ class RunWork:
     at exit takes milliseconds), complete a run made ahead from the plan, tag the attempt;
     ``ready`` is set then, and the spare runs are topped up after it."""
 
-    def __init__(self, home: Path, row: Any) -> None:
+    def __init__(self, home: Path, row: JobRecord) -> None:
         self.home = home
         self.row = row
         self.ready = threading.Event()
@@ -176,21 +177,21 @@ class RunWork:
         tracker = None
         time.sleep(START_DELAY_S)  # the command's own start first: it has the CPU to itself
         try:
-            jdir = job_dir(self.home, self.row["job_id"])
+            jdir = job_dir(self.home, self.row.job_id)
             plan = read_plan(jdir)
             tracker = _tracker(self.home, jdir, plan)
-            run_id = self.row["run_id"]
+            run_id = self.row.run_id
             if plan is not None:
                 tracker.fill_run(
                     run_id,
-                    name=plan.get("name") or self.row["name"],
+                    name=plan.get("name") or self.row.name,
                     config=_config(jdir),
                     tags=_run_tags(self.row, plan),
                 )
                 drop_plan(jdir)
                 _log_extras(tracker, run_id, self.row, plan)
             else:
-                tracker.set_attempt(run_id, self.row["attempts"])
+                tracker.set_attempt(run_id, self.row.attempts)
         except Exception:
             pass
         finally:

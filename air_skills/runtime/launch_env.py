@@ -14,7 +14,8 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.home import job_dir, read_job_env, read_launch_env
-from air_skills.runtime import container, gang
+from air_skills.runtime import container, gang, rendezvous
+from air_skills.runtime.records import JobRecord
 
 # Set by the runtime for every job, never by a spec's ``env``: the GPUs a job may see, where its
 # MLflow run is, its rank in a gang. A spec that names one is overridden (AIR_* included).
@@ -113,9 +114,11 @@ def _devnull() -> int:
     return _DEVNULL
 
 
-def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) -> CommandLaunch:
+def command_launch(
+    home: Path, row: JobRecord, spec: dict[str, Any], gpus: list[int]
+) -> CommandLaunch:
     """The launch of a started job's command, from its record: what the job receives."""
-    job_id = row["job_id"]
+    job_id = row.job_id
     jdir = job_dir(home, job_id)
     ckpt = jdir / "checkpoints"
     try:
@@ -127,7 +130,7 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
     env = launched if launched is not None else dict(os.environ)
     for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
         env.pop(key, None)
-    env.update(thread_caps(row["cpus"] or 1))
+    env.update(thread_caps(row.cpus or 1))
     env.update(
         {
             "AIR_HOME": os.fspath(home),
@@ -135,41 +138,51 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
             "AIR_CONFIG_FILE": os.fspath(jdir / "config.json"),
             "AIR_CHECKPOINT_DIR": os.fspath(ckpt),
             "AIR_DATA_DIR": os.fspath(jdir / "data"),
-            "AIR_ATTEMPT": str(row["attempts"]),
+            "AIR_ATTEMPT": str(row.attempts),
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
             # CUDA numbers GPUs fastest-first by default; NVML (and our indices) by PCI bus.
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "PYTHONUNBUFFERED": "1",
         }
     )
-    if row["run_id"]:
+    if row.run_id:
         from air_skills.tracking.mlflow import tracking_uri
 
         # Where the launching process created the run.
         env["MLFLOW_TRACKING_URI"] = (launched or {}).get("MLFLOW_TRACKING_URI") or (
             tracking_uri(home)
         )
-        env["MLFLOW_RUN_ID"] = row["run_id"]
-        env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
+        env["MLFLOW_RUN_ID"] = row.run_id
+        env["MLFLOW_EXPERIMENT_ID"] = row.experiment_id or ""
     # The values travel in the job's folder, owner-only (the store keeps only the names).
     own = read_job_env(jdir)
     env.update(user_env(own if own is not None else spec.get("env") or {}))
     # A snapshot job runs in its own view of the code (job_code.materialize wrote code.json).
     cwd = spec.get("workdir") or None
-    view = _code_view(jdir)
+    # Only a snapshot job has code.json (and only an image job a container record): a read
+    # less on the way to the command's start for the others.
+    view = _code_view(jdir) if spec.get("code") != "live" else None
     if view is not None:
         cwd, env["AIR_CODE_DIGEST"] = view
     banner = b""
-    if row["attempts"] > 1:
-        banner = f"[air] attempt {row['attempts']} on GPUs {gpus}\n".encode()
+    if row.attempts > 1:
+        banner = f"[air] attempt {row.attempts} on GPUs {gpus}\n".encode()
     argv = list(spec["command"])
+    image = container.load(jdir) if spec.get("image") else None
     procs = gang.procs_of(spec, len(gpus))
     if procs > 1:  # a gang: torchrun runs one rank per process, each with its share of CPUs
-        env.update(thread_caps(max(1, (row["cpus"] or 1) // procs)))
+        env.update(thread_caps(max(1, (row.cpus or 1) // procs)))
         env.update(gang.gang_env())
         grace = settings.get("AIR_GRACE_S")
-        argv = gang.torchrun_argv(argv, procs, gang.rank_log_dir(jdir), grace_s=grace)
-    image = container.load(jdir)
+        if image is None:  # each rank notes its arrival at init_process_group (rendezvous.py)
+            argv = rendezvous.boot_command(argv, rendezvous.join_dir(jdir, row.attempts))
+        argv = gang.torchrun_argv(
+            argv,
+            procs,
+            gang.rank_log_dir(jdir),
+            grace_s=grace,
+            rendezvous_s=rendezvous.timeout_s(launched),
+        )
     if image is not None:  # the engine runs it: the contract's names pass into the container
         passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]
         passed += [*gang.gang_env(), "CUDA_DEVICE_ORDER"]
@@ -177,7 +190,7 @@ def command_launch(home: Path, row: Any, spec: dict[str, Any], gpus: list[int]) 
             image, job_id, argv, jdir=jdir, cwd=cwd, env=env, gpus=gpus, passed=passed
         )
         cwd = os.fspath(jdir)
-    return CommandLaunch(argv, cwd, env, row["log_path"], banner)
+    return CommandLaunch(argv, cwd, env, row.log_path, banner)
 
 
 def _code_view(jdir: Path) -> tuple[str, str] | None:

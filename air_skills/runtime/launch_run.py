@@ -60,6 +60,7 @@ def plan_run(
     """Leave the run to the supervisor (its plan in the folder), with a spare to claim, a
     run made over REST, or none yet; or make it here as before (``make_runs_here``)."""
     uri = tracking_uri(ctx.home)
+    job.pool = (uri, experiment)
     job.spares = spare_runs.candidates(ctx.store, uri, experiment)
     if not job.spares and ctx.make_runs_here:
         create_run_here(ctx, job, config, data, experiment, tags, code)
@@ -87,18 +88,17 @@ def plan_run(
 
 def claim_run(ctx: LaunchContext, c: sqlite3.Connection, job: PreparedJob) -> None:
     """In the queue transaction: claim one of the job's spare runs, or note that its run is
-    the supervisor's to make; and ask for this pool's spares to be kept."""
-    if job.run_uri is None:
-        return
-    if job.run_id is None:
+    the supervisor's to make; and ask for this pool's spares to be kept (also when this
+    process made the job's run: the pool is empty, and the next launch finds a spare)."""
+    if job.run_uri is not None and job.run_id is None:
         claimed = spare_runs.claim(ctx.store, c, job.spares)
         if claimed is not None:
             job.run_id, job.experiment_id = claimed
             job.claimed = True
         else:
             job.tracking_note = PENDING_NOTE
-    if ctx.wants_spares:
-        spare_runs.want(ctx.store, c, job.run_uri, job.run_experiment)
+    if ctx.wants_spares and job.pool is not None:
+        spare_runs.want(ctx.store, c, *job.pool)
 
 
 def give_back_run(ctx: LaunchContext, c: sqlite3.Connection, job: PreparedJob) -> None:

@@ -61,7 +61,7 @@ def _clean(ctx: LaunchContext, job_id: str, intent: dict[str, Any]) -> int:
     row = ctx.store.row(job_id)
     if row is not None:  # committed: the job is whole (its folder was renamed before COMMIT)
         shutil.rmtree(launch_intent.build_dir(ctx.home, job_id), ignore_errors=True)
-        if row["status"] in TERMINAL:
+        if row.status in TERMINAL:
             _drop_envs(job_dir(ctx.home, job_id))
         launch_intent.remove(ctx.home, job_id)
         return 0

@@ -6,6 +6,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from air_skills.runtime.records import JOB_COLUMNS, JobRecord
+
 # Columns a pass reads: no spec JSON parsed in Python, only what the scheduler needs.
 PASS_COLUMNS = (
     "job_id, seq, gpus_requested, priority, preemptible, created_at, started_at, project,"
@@ -82,12 +84,12 @@ def set_waiting_reason(c: sqlite3.Connection, job_id: str, message: str) -> None
 
 def given_job(
     read: Callable[[str, tuple[Any, ...]], list[sqlite3.Row]], pid: int
-) -> sqlite3.Row | None:
+) -> JobRecord | None:
     """The RUNNING job that a pass gave to the idle supervisor ``pid`` (its command not yet
     started), read through ``read`` (Store.read); None if none."""
     rows = read(
-        "SELECT * FROM jobs WHERE status='RUNNING' AND backend='local'"
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE status='RUNNING' AND backend='local'"
         " AND supervisor_pid=? AND job_pid IS NULL ORDER BY seq LIMIT 1",
         (pid,),
     )
-    return rows[0] if rows else None
+    return JobRecord(*rows[0]) if rows else None

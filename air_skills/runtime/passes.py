@@ -24,13 +24,14 @@ from air_skills.gpu.providers import provider
 from air_skills.home import job_dir
 from air_skills.runtime import container, proc
 from air_skills.runtime import pass_queries as q
-from air_skills.runtime.estimates import class_estimates
+from air_skills.runtime.estimates import class_estimates, with_prior
 from air_skills.runtime.outcomes import (
     AttemptEnd,
     InfraFailure,
     classify,
     start_failed,
 )
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.run_end import record_without_supervisor
 from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
 from air_skills.runtime.signals import POKE_SIGNAL
@@ -82,9 +83,10 @@ def queue_window(n_gpus: int) -> int:
 
 
 def _learned(c: sqlite3.Connection, rows: list[sqlite3.Row]) -> dict[str, float]:
-    """Learned estimates for the GPU jobs among ``rows`` that have no time limit (one query)."""
+    """Learned estimates for the GPU jobs among ``rows`` that have no time limit (one query);
+    a class with no success yet gets a prior from the others (estimates.with_prior)."""
     need = [r["job_class"] for r in rows if r["gpus_requested"] and not r["timeout_min"]]
-    return class_estimates(c, need) if need else {}
+    return with_prior(class_estimates(c, need), need) if need else {}
 
 
 def _queued(row: sqlite3.Row, learned: dict[str, float]) -> QueuedJob:
@@ -127,7 +129,7 @@ class PassResult:
     """What one pass decided, to act on once its transaction is committed."""
 
     started: list[str] = field(default_factory=list)
-    rows: dict[str, sqlite3.Row] = field(default_factory=dict)  # the caller's job's record
+    rows: dict[str, JobRecord] = field(default_factory=dict)  # the caller's job's record
     to_signal: list[tuple[int, str | None]] = field(default_factory=list)  # supervisors to poke
     caller_job: str | None = None  # the started job that the calling supervisor runs itself
     to_idle: dict[str, tuple[int, str]] = field(default_factory=dict)  # job -> idle supervisor
@@ -230,7 +232,9 @@ def run_pass(
         store.set_supervisor(job_id, *idle, c=c)
         result.to_idle[job_id] = idle
     if result.caller_job is not None:  # the others' records are read by whoever starts them
-        result.rows[result.caller_job] = store.row_in(c, result.caller_job)
+        mine = store.row_in(c, result.caller_job)
+        assert mine is not None  # marked RUNNING in this very transaction
+        result.rows[result.caller_job] = mine
     return result
 
 
@@ -257,12 +261,12 @@ def act_on_pass(store: Store, result: PassResult) -> None:
         if job_id == result.caller_job or (job_id in result.to_idle and job_id not in lost):
             continue
         row = store.row(job_id)
-        if row is None or row["status"] != "RUNNING" or row["supervisor_pid"] is not None:
+        if row is None or row.status != "RUNNING" or row.supervisor_pid is not None:
             continue  # settled meanwhile by another process
         try:
             launch = prestart_launch(store.home, row)
         except Exception as exc:  # that job's start failed (its folder gone): that job only
-            program = json.loads(row["spec"])["command"][0]
+            program = row.spec_dict()["command"][0]
             outcome = start_failed(type(exc).__name__, str(exc), program)
             failed |= record_without_supervisor(store, row, outcome)
             continue
@@ -274,7 +278,7 @@ def act_on_pass(store: Store, result: PassResult) -> None:
                     job_id,
                     (sup, proc.start_time(sup) or ""),
                     (job, proc.start_time(job) or "") if job else None,
-                    running_message(json.loads(row["gpus"])),
+                    running_message(row.gpu_list()),
                 )
             )
     if registered:
@@ -302,11 +306,11 @@ def running_message(gpus: list[int]) -> str:
     return f"RUNNING on GPUs {gpus}" if gpus else "RUNNING on CPU"
 
 
-def signal_stop(row: sqlite3.Row) -> None:
+def signal_stop(row: JobRecord) -> None:
     """Tell a running job's supervisor to act on its stop request now."""
-    if row["supervisor_pid"] and proc.alive(row["supervisor_pid"], row["supervisor_start"]):
+    if row.supervisor_pid and proc.alive(row.supervisor_pid, row.supervisor_start):
         try:
-            os.kill(row["supervisor_pid"], POKE_SIGNAL)
+            os.kill(row.supervisor_pid, POKE_SIGNAL)
         except ProcessLookupError:
             pass
 
@@ -351,9 +355,9 @@ def reconcile(store: Store) -> int:
     now = time.time()
     settled = 0
     for row in rows:
-        pid, start = row["supervisor_pid"], row["supervisor_start"]
+        pid, start = row.supervisor_pid, row.supervisor_start
         if pid is None:
-            if now - (row["started_at"] or now) < SUPERVISOR_START_GRACE_S:
+            if now - (row.started_at or now) < SUPERVISOR_START_GRACE_S:
                 continue
             what = "its supervisor never started"
         elif _supervisor_alive(pid, start):
@@ -361,31 +365,31 @@ def reconcile(store: Store) -> int:
         else:
             what = "its supervisor died"
         # An orphaned command must not keep running on GPUs that we are about to hand out.
-        if row["job_pid"] and proc.alive(row["job_pid"], row["job_start"]):
-            proc.kill_group(row["job_pid"])
+        if row.job_pid and proc.alive(row.job_pid, row.job_start):
+            proc.kill_group(row.job_pid)
         # Nor what left that group (torchrun's ranks, each in its own session): found by the
         # attempt's AIR_JOB_ID and AIR_ATTEMPT, so a retry started meanwhile is spared.
-        proc.sweep_job(row["job_id"], row["attempts"])
+        proc.sweep_job(row.job_id, row.attempts)
         # Nor its container, which outlives the engine's client: removed by its job's name.
-        image = container.load(job_dir(store.home, row["job_id"]))
+        image = container.load(job_dir(store.home, row.job_id))
         if image is not None:
-            container.remove(image.engine, row["job_id"])
+            container.remove(image.engine, row.job_id)
         settled += _settle_lost(store, row, what)
     if settled:
         schedule_pass(store)
     return settled
 
 
-def _settle_lost(store: Store, row: sqlite3.Row, what: str) -> int:
+def _settle_lost(store: Store, row: JobRecord, what: str) -> int:
     """Record the end of a job whose supervisor is lost (outcomes.py: an infra failure)."""
-    job_id = row["job_id"]
+    job_id = row.job_id
     end = AttemptEnd(
         job_id,
         # A preempt request counts for nothing once the supervisor is lost: the job goes back
         # to the queue as an infra failure (and uses an infra retry), as with no request.
-        stop_request="cancel" if row["stop_request"] == "cancel" else None,
-        stop_reason=row["stop_reason"],
+        stop_request="cancel" if row.stop_request == "cancel" else None,
+        stop_reason=row.stop_reason,
         infra=InfraFailure(what, "lost"),
-        infra_retries=row["infra_retries"],
+        infra_retries=row.infra_retries,
     )
     return int(record_without_supervisor(store, row, classify(end)))

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import InvalidState, StoreError
+from air_skills.errors import StoreError
 from air_skills.home import default_home, ensure_home, job_dir
 from air_skills.runtime import launch_intent, launch_run
 from air_skills.runtime.faults import crash_point
+from air_skills.runtime.idempotency import check_same_spec
 from air_skills.runtime.job_code import CodePlan, materialize
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.store import Store, new_job_id
 
 
@@ -100,6 +102,9 @@ class PreparedJob:
     run_experiment: str | None = None
     spares: list[tuple[str, str]] = field(default_factory=list)
     claimed: bool = False  # run_id is a spare claimed in the (uncommitted) queue transaction
+    # The spare pool (tracking URI, experiment) of a tracked run, however this launch got its
+    # run: a launcher that keeps spares asks for it even when it made this one itself.
+    pool: tuple[str, str | None] | None = None
 
     @property
     def log_path(self) -> Path:
@@ -113,66 +118,18 @@ def job_name(name: str | None, command: list[str]) -> str:
 
 def find_by_idempotency_key(
     store: Store, key: str | None, spec: Mapping[str, Any] | None = None
-) -> sqlite3.Row | None:
+) -> JobRecord | None:
     """The job already launched with this idempotency key (None without a key).
 
     With ``spec`` (the new launch's, as JSON data: workdir resolved, defaults filled), a key
-    reused for a different spec is an ``idempotency-conflict`` naming the job and the fields:
-    silently returning the old job would hide that the new one never ran.
+    reused for a different spec is an ``idempotency-conflict`` naming the job and the fields
+    (runtime/idempotency.py; ``Store.queue`` applies the same check to a launch that raced).
     """
     row = store.by_idempotency_key(key) if key else None
-    if row is None or spec is None:
+    if row is None or spec is None or key is None:
         return row
-    differ = spec_differences(json.loads(row["spec"]), spec)
-    if differ:
-        raise InvalidState(
-            f"idempotency key {key!r} was used by {row['job_id']} ({row['name']}) with a"
-            f" different spec: {'; '.join(differ)}",
-            code="idempotency-conflict",
-            hint=f"launch the same spec to get {row['job_id']} back, or use a new"
-            " idempotency_key for a different job",
-            job_id=row["job_id"],
-            fields=[d.split(":", 1)[0] for d in differ],
-        )
+    check_same_spec(key, row.job_id, row.name, row.spec_dict(), spec)
     return row
-
-
-# Set by the launch itself (the image's ID is resolved and recorded at launch): not the caller's.
-_LAUNCH_FILLED = ("idempotency_key", "image_digest")
-_SHOWN = 60  # characters of a differing value in the conflict message
-
-
-def spec_differences(stored: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``field: old -> new`` for each meaningful field that differs (config keys one by one).
-
-    The store keeps ``env`` names only (values live in the job's folder): env compares names.
-    A field the stored spec lacks (a record older than the field) is not compared.
-    """
-    out: list[str] = []
-    for field_name, value in new.items():
-        if field_name in _LAUNCH_FILLED or field_name not in stored:
-            continue
-        old = stored[field_name]
-        if field_name == "env":
-            old, value = sorted(old or {}), sorted(value or {})
-        if field_name == "config" and isinstance(old, dict) and isinstance(value, dict):
-            for k in sorted(set(old) | set(value), key=str):
-                if old.get(k, _MISSING) != value.get(k, _MISSING):
-                    out.append(
-                        f"config.{k}: {_short(old.get(k, _MISSING))} -> "
-                        f"{_short(value.get(k, _MISSING))}"
-                    )
-        elif old != value:
-            out.append(f"{field_name}: {_short(old)} -> {_short(value)}")
-    return out
-
-
-_MISSING = "(not set)"
-
-
-def _short(value: Any) -> str:
-    text = value if value == _MISSING else json.dumps(value, default=str)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
 def prepare_job(

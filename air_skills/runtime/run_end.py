@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import sqlite3
 import threading
 from typing import Any
 
 from air_skills.home import job_dir
 from air_skills.runtime.job_run import create_from_plan, drop_plan, job_uri, read_plan
 from air_skills.runtime.outcomes import Outcome
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.store import Store
 from air_skills.runtime.summary_block import parse_summary, read_tail
 from air_skills.status import JobStatus
@@ -17,7 +16,7 @@ from air_skills.status import JobStatus
 
 def end_run(
     store: Store,
-    row: Any,
+    row: JobRecord,
     spec: dict[str, Any],
     status: JobStatus,
     message: str,
@@ -27,10 +26,10 @@ def end_run(
 
     ``mlflow_ready``: set when this process's MLflow warm-up (job_run.RunWork) is done.
     """
-    values, bad = parse_summary(read_tail(row["log_path"]))
+    values, bad = parse_summary(read_tail(row.log_path))
     if bad:
         message += f" (summary values not numeric, ignored: {', '.join(bad[:5])})"
-    run_id = row["run_id"]
+    run_id = row.run_id
     if not run_id and not spec.get("track", True):
         return message
     if mlflow_ready is not None:
@@ -39,17 +38,17 @@ def end_run(
     try:
         from air_skills.tracking.mlflow import MlflowTracker
 
-        jdir = job_dir(store.home, row["job_id"])
+        jdir = job_dir(store.home, row.job_id)
         plan = read_plan(jdir)
         if not run_id:
             # Tracking was down at launch (or when the job started): create the run now.
             plan = plan or {
-                "name": row["name"],
+                "name": row.name,
                 "experiment": spec.get("experiment"),
                 "tags": spec.get("tags") or {},
             }
             run_id, exp_id = create_from_plan(store.home, row, plan)
-            store.set_tracking(row["job_id"], run_id, exp_id)
+            store.set_tracking(row.job_id, run_id, exp_id)
             drop_plan(jdir)
         MlflowTracker(store.home, job_uri(store.home, jdir, plan)).finish_run(
             run_id, status.value, values
@@ -59,22 +58,22 @@ def end_run(
     return message
 
 
-def record_without_supervisor(store: Store, row: Any, outcome: Outcome) -> bool:
+def record_without_supervisor(store: Store, row: JobRecord, outcome: Outcome) -> bool:
     """Record the outcome of a RUNNING job that no supervisor will settle (it died, or the
     command could not be started), and end its MLflow run when the job ends.
 
     Only if the job is still RUNNING: of two processes that settle it, one writes. Returns
     whether this one did.
     """
-    job_id = row["job_id"]
+    job_id = row.job_id
     with store.tx() as c:
-        current: sqlite3.Row | None = store.row_in(c, job_id)
-        if current is None or current["status"] != "RUNNING":
+        current = store.row_in(c, job_id)
+        if current is None or current.status != "RUNNING":
             return False
         store.record_outcome(job_id, outcome, c=c)
     if outcome.action == "finish" and outcome.status is not None:
         # After the commit: the GPUs are free at once; the run's end is best effort.
-        spec = json.loads(current["spec"])
+        spec = current.spec_dict()
         note = end_run(store, current, spec, outcome.status, "", None)
         if note:
             store.append_message(job_id, note)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from air_skills.gpu.providers import provider
 from air_skills.home import job_dir
 from air_skills.runtime import job_run, proc
 from air_skills.runtime.launch_env import command_launch
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.signals import POKE_SIGNAL, wait_exit
 
 # A command started before its supervisor gets this long (or until it exits) before the
@@ -22,7 +21,7 @@ from air_skills.runtime.signals import POKE_SIGNAL, wait_exit
 SUPERVISOR_DEFER_S = 0.05
 
 
-def prestart_launch(home: Path, row: sqlite3.Row) -> Any:
+def prestart_launch(home: Path, row: JobRecord) -> Any:
     """How to start the job's command at once, before its supervisor boots; None if it must wait.
 
     The supervisor runs the preflight itself when there is anything to look at: a deep
@@ -31,10 +30,10 @@ def prestart_launch(home: Path, row: sqlite3.Row) -> Any:
     """
     if job_run.is_pending(home, row):
         return None
-    spec = json.loads(row["spec"])
-    gpus = json.loads(row["gpus"])
+    spec = row.spec_dict()
+    gpus = row.gpu_list()
     # A retry after an infra failure may owe a deep check (runtime/nccl.py): the supervisor's.
-    retry = row["failure_kind"] == "infra"
+    retry = row.failure_kind == "infra"
     if gpus and (spec.get("deep_preflight") or retry or provider().faults(gpus)):
         return None
     return command_launch(home, row, spec, gpus)

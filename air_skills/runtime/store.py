@@ -20,7 +20,9 @@ from typing import Any
 
 from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_folder_record, write_job_env
 from air_skills.runtime.estimates import job_class
+from air_skills.runtime.idempotency import check_same_spec
 from air_skills.runtime.outcomes import Outcome
+from air_skills.runtime.records import JOB_COLUMNS, JobRecord
 from air_skills.runtime.spare_store import SpareStore
 from air_skills.status import PRIORITY_RANK, JobStatus
 
@@ -53,7 +55,7 @@ class Store(SpareStore):
         project: str,
         jdir: Path | None = None,
     ) -> tuple[str, bool]:
-        """Record a new QUEUED job; with an idempotency key already used, return that job.
+        """Record a new QUEUED job; a used idempotency key gives its job (another spec: conflict).
 
         ``spec``: the validated JobSpec as JSON data (``spec.model_dump(mode="json")``);
         ``project``: its resolved project; ``jdir``: the job's folder as it is now (a launch
@@ -66,10 +68,11 @@ class Store(SpareStore):
         with self._maybe_tx(c) as c:
             if key:
                 row = c.execute(
-                    "SELECT job_id FROM jobs WHERE idempotency_key = ?", (key,)
+                    "SELECT job_id, name, spec FROM jobs WHERE idempotency_key = ?", (key,)
                 ).fetchone()
-                if row:
-                    return row["job_id"], False
+                if row:  # another launcher won the race: the same spec or a conflict
+                    check_same_spec(key, row[0], row[1], json.loads(row[2]), spec)
+                    return row[0], False
             c.execute(
                 "INSERT INTO jobs (job_id, name, spec, status, priority, preemptible,"
                 " gpus_requested, created_at, queued_at, log_path, backend, project,"
@@ -124,12 +127,13 @@ class Store(SpareStore):
         write_job_env(jdir, dict(env))
         return {**spec, "env": dict.fromkeys(env, "")}
 
-    def row(self, job_id: str) -> sqlite3.Row | None:
-        rows = self.read("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
+    def row(self, job_id: str) -> JobRecord | None:
+        rows = self.rows("WHERE job_id = ?", (job_id,))
         return rows[0] if rows else None
 
-    def rows(self, where: str = "", args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        return self.read(f"SELECT * FROM jobs {where}", args)
+    def rows(self, where: str = "", args: tuple[Any, ...] = ()) -> list[JobRecord]:
+        """Whole job records, selected by ``where`` (SQL after the FROM clause)."""
+        return [JobRecord(*r) for r in self.read(f"SELECT {JOB_COLUMNS} FROM jobs {where}", args)]
 
     # --- named state changes ------------------------------------------------------------
 
@@ -354,24 +358,22 @@ class Store(SpareStore):
 
     # --- named reads for the client and the backends ----------------------------------------
 
-    def by_idempotency_key(self, key: str) -> sqlite3.Row | None:
+    def by_idempotency_key(self, key: str) -> JobRecord | None:
         """The job launched with this idempotency key, if any."""
-        rows = self.read("SELECT * FROM jobs WHERE idempotency_key=?", (key,))
+        rows = self.rows("WHERE idempotency_key=?", (key,))
         return rows[0] if rows else None
 
-    def row_in(self, c: sqlite3.Connection, job_id: str) -> sqlite3.Row | None:
-        """The job's row read inside the caller's transaction ``c``."""
-        row: sqlite3.Row | None = c.execute(
-            "SELECT * FROM jobs WHERE job_id=?", (job_id,)
-        ).fetchone()
-        return row
+    def row_in(self, c: sqlite3.Connection, job_id: str) -> JobRecord | None:
+        """The job's record read inside the caller's transaction ``c``."""
+        row = c.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        return JobRecord(*row) if row is not None else None
 
     def live_backends(self) -> list[str]:
         """The backends that hold QUEUED or RUNNING jobs, sorted."""
         rows = self.read("SELECT DISTINCT backend FROM jobs WHERE status IN ('QUEUED','RUNNING')")
         return sorted(r["backend"] for r in rows)
 
-    def live_rows(self, backend: str | None = None) -> list[sqlite3.Row]:
+    def live_rows(self, backend: str | None = None) -> list[JobRecord]:
         """QUEUED and RUNNING jobs (of one backend, or all), oldest first."""
         if backend is None:
             return self.rows("WHERE status IN ('QUEUED','RUNNING') ORDER BY seq")
@@ -387,7 +389,7 @@ class Store(SpareStore):
         )
         return {r["pid"] for r in rows}
 
-    def running_rows(self, backend: str | None = None) -> list[sqlite3.Row]:
+    def running_rows(self, backend: str | None = None) -> list[JobRecord]:
         """RUNNING jobs (of one backend, or all)."""
         if backend is None:
             return self.rows("WHERE status='RUNNING'")
@@ -401,7 +403,7 @@ class Store(SpareStore):
         project: str | None = None,
         before_seq: int | None = None,
         limit: int = 50,
-    ) -> list[sqlite3.Row]:
+    ) -> list[JobRecord]:
         """Jobs newest first, filtered; ``before_seq`` pages on from a cursor."""
         where: list[str] = ["1=1"]
         args: list[Any] = []

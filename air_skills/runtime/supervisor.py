@@ -20,7 +20,6 @@ gpu_checks.py's; the MLflow run (made or completed beside the job), job_run.py's
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -40,6 +39,8 @@ from air_skills.runtime.idle import wait_for_job
 from air_skills.runtime.job_run import RunWork
 from air_skills.runtime.launch_env import command_launch
 from air_skills.runtime.outcomes import AttemptEnd, InfraFailure, Outcome, classify, start_failed
+from air_skills.runtime.records import JobRecord
+from air_skills.runtime.rendezvous import describe_late, late_outcome, watch_joins
 from air_skills.runtime.run_end import end_run
 from air_skills.runtime.signals import POKE_SIGNAL, StartedChild
 from air_skills.runtime.spawn import prestart_launch
@@ -73,7 +74,7 @@ class Started:
     """A job given to this process (its own pass started it, or another's handed it over):
     its record, and its command when already started (or why that failed)."""
 
-    row: Any
+    row: JobRecord
     child: subprocess.Popen[bytes] | None = None
     error: str | None = None
 
@@ -104,6 +105,7 @@ class Supervisor:
         self.infra_faults: list[GpuFault] = []
         self.image: container.ContainerJob | None = None  # a job run by a container engine
         self.timed_out = False
+        self.late: str | None = None  # a gang's rendezvous timed out (runtime/rendezvous.py)
         self._warm: RunWork | None = None
         self._recheck: DataRecheck | None = None
 
@@ -113,20 +115,20 @@ class Supervisor:
         """Supervise the attempt; returns a job that this process is to supervise next."""
         row = self._started.row if self._started else self.store.row(self.job_id)
         me = os.getpid()
-        if row is None or row["status"] != "RUNNING" or row["supervisor_pid"] not in (None, me):
+        if row is None or row.status != "RUNNING" or row.supervisor_pid not in (None, me):
             if self.job_pid:  # started for a record that is not ours: it must not run alone
                 proc.kill_group(self.job_pid)
             return None
-        if row["supervisor_pid"] is None:
+        if row.supervisor_pid is None:
             self.store.set_supervisor(self.job_id, me, proc.own_start())
         signal.signal(signal.SIGTERM, lambda *_: self.stop_signal.set())
         signal.signal(signal.SIGINT, lambda *_: self.stop_signal.set())
         signal.signal(POKE_SIGNAL, lambda *_: _POKED.set())
-        self.spec: dict[str, Any] = json.loads(row["spec"])
+        self.spec: dict[str, Any] = row.spec_dict()
         self.image = (
             container.load(job_dir(self.home, self.job_id)) if self.spec.get("image") else None
         )
-        self.gpus: list[int] = json.loads(row["gpus"])
+        self.gpus: list[int] = row.gpu_list()
         self.row = row
         self._attempt(row)
         started = self._commit()
@@ -134,15 +136,15 @@ class Supervisor:
             self._recheck.finish(self.store, self.job_id)
         return started
 
-    def _run_work(self, row: Any) -> None:
+    def _run_work(self, row: JobRecord) -> None:
         """Start the job's MLflow work beside it (runtime/job_run.py), once its command has
         started: importing MLflow would hold the GIL while the command is being started."""
-        if self._warm is not None or not row["run_id"]:
+        if self._warm is not None or not row.run_id:
             return
         self._warm = RunWork(self.home, row).start()
         _RUN_WORK[:] = [w for w in _RUN_WORK if w.alive()] + [self._warm]
 
-    def _make_pending_run(self, row: Any) -> Any:
+    def _make_pending_run(self, row: JobRecord) -> JobRecord:
         """A job launched without its run (no spare, sqlite): make it before the command
         starts, so the job knows its run id from its first instruction."""
         if not job_run.is_pending(self.home, row):
@@ -177,7 +179,7 @@ class Supervisor:
         passes.act_on_pass(self.store, result)
         return started
 
-    def _start_next(self, row: Any) -> Started:
+    def _start_next(self, row: JobRecord) -> Started:
         """Start the command of a job that this process's pass gave to it, and record it.
 
         When the quick preflight finds anything (or a deep one is asked for), the command
@@ -190,17 +192,15 @@ class Supervisor:
             child = launch.popen()
         except Exception as exc:  # recorded by _attempt_started, as when it starts it
             return Started(row, error=f"{type(exc).__name__}:{exc}")
-        _record_command(self.store, row["job_id"], child.pid, json.loads(row["gpus"]))
+        _record_command(self.store, row.job_id, child.pid, row.gpu_list())
         return Started(row, child)
 
-    def _attempt(self, row: Any) -> None:
+    def _attempt(self, row: JobRecord) -> None:
         if self.job_pid is not None or self.start_error is not None:
             self._attempt_started(row)
             return
-        if row["stop_request"] == "cancel":  # the row was read just now
-            self._end(
-                AttemptEnd(self.job_id, stop_request="cancel", stop_reason=row["stop_reason"])
-            )
+        if row.stop_request == "cancel":  # the row was read just now
+            self._end(AttemptEnd(self.job_id, stop_request="cancel", stop_reason=row.stop_reason))
             return
         faults, check = gpu_checks.preflight(self.store, row, self.spec, self.gpus)
         if faults:
@@ -217,7 +217,7 @@ class Supervisor:
         rc = self._watch()
         self._record_exit(rc)
 
-    def _attempt_started(self, row: Any) -> None:
+    def _attempt_started(self, row: JobRecord) -> None:
         """The spawner ran the quick preflight and started the command before we booted."""
         if self.start_error is not None:
             kind, _, text = self.start_error.partition(":")
@@ -226,7 +226,7 @@ class Supervisor:
         assert self.job_pid is not None
         if self.child is None:
             self.child = StartedChild(self.job_pid)
-        if self._started is None and row["job_pid"] != self.job_pid:  # not on record yet
+        if self._started is None and row.job_pid != self.job_pid:  # not on record yet
             self.store.set_running(
                 self.job_id,
                 self.job_pid,
@@ -253,6 +253,7 @@ class Supervisor:
         # Started before this process could hear of a cancel: read the stop request at once.
         first_check = 0.0 if self.job_pid and self._started is None else 1.0
         next_db_check = time.monotonic() + first_check
+        self.joins = watch_joins(job_dir(self.home, self.job_id), self.row, self.spec, self.gpus)
         pidfd = signals.pidfd(child.pid)
         try:
             return self._watch_loop(child, deadline, next_health, next_db_check, pidfd)
@@ -283,6 +284,10 @@ class Supervisor:
                 return self._terminate()
             if now >= next_db_check:
                 next_db_check = now + 1.0
+                late = self.joins.check() if self.joins is not None else None
+                if late is not None:
+                    self.late = describe_late(late, self.row.log_path)
+                    return self._terminate()
             if deadline is not None and now >= deadline:
                 self.timed_out = True
                 return self._terminate()
@@ -330,19 +335,22 @@ class Supervisor:
         if proc.is_subreaper():
             proc.sweep_descendants(spare=self.store.supervisor_pids())
         else:  # no subreaper here: the attempt's processes are found by their environment
-            proc.sweep_job(self.job_id, self.row["attempts"])
+            proc.sweep_job(self.job_id, self.row.attempts)
         if isinstance(engine_end, Outcome):  # the image lacks the command (126, 127)
             self._record(engine_end)
             return
         row = self.store.row(self.job_id)
-        stop = row["stop_request"] if row else None
+        stop = row.stop_request if row else None
         # A stop request outranks the faults (outcomes.py): then no GPU is cordoned either.
         faults = [] if stop in ("cancel", "preempt") else self.infra_faults
+        if self.late is not None and stop is None and not faults:  # the gang was stopped
+            self._record(late_outcome(self.late, row, self.spec))
+            return
         # A failure of its own: which rank failed first (a gang), and NCCL's signatures.
         failure = gang.Failure(rc if rc >= 0 else None, -rc if rc < 0 else None)
         if rc != 0 and stop is None and not self.timed_out and not faults:
             failure = gang.read_failure(
-                self.row["log_path"], rc, gang.is_gang(self.spec, len(self.gpus))
+                self.row.log_path, rc, gang.is_gang(self.spec, len(self.gpus))
             )
         self._end(
             AttemptEnd(
@@ -350,15 +358,15 @@ class Supervisor:
                 exit_code=failure.exit_code,
                 signal=proc.signal_name(failure.signal) if failure.signal else None,
                 stop_request=stop,
-                stop_reason=row["stop_reason"] if row else None,
+                stop_reason=row.stop_reason if row else None,
                 timed_out=self.timed_out,
                 timeout_min=self.spec.get("timeout_min"),
                 infra=self._cordon(faults, "while running") or engine_end or failure.infra,
                 rank=failure.rank,
                 rank_error=failure.error_line,
-                user_retries=row["user_retries"] if row else 0,
+                user_retries=row.user_retries if row else 0,
                 max_retries=self.spec.get("max_retries", 0),
-                infra_retries=row["infra_retries"] if row else 0,
+                infra_retries=row.infra_retries if row else 0,
             )
         )
 
@@ -366,7 +374,7 @@ class Supervisor:
         """The GPU checks found faults before the command started."""
         row = self.store.row(self.job_id)
         infra = self._cordon(faults, when)
-        self._end(AttemptEnd(self.job_id, infra=infra, infra_retries=row["infra_retries"]))
+        self._end(AttemptEnd(self.job_id, infra=infra, infra_retries=row.infra_retries))
 
     def _cordon(self, faults: list[GpuFault], when: str) -> InfraFailure | None:
         return gpu_checks.cordon(self.store, self.job_id, faults, when)
@@ -381,7 +389,7 @@ class Supervisor:
             assert outcome.status is not None
             self._run_work(self.row)  # a command that never started: its run is completed too
             ready = self._warm.ready if self._warm is not None else None
-            self._recheck = DataRecheck(self.home, self.spec, self.row["run_id"])
+            self._recheck = DataRecheck(self.home, self.spec, self.row.run_id)
             message = outcome.message + self._recheck.start(ready)
             message = end_run(self.store, self.row, self.spec, outcome.status, message, ready)
             outcome = Outcome(
@@ -396,7 +404,7 @@ class Supervisor:
 
     def _stop_request(self) -> str | None:
         row = self.store.row(self.job_id)
-        return row["stop_request"] if row else None
+        return row.stop_request if row else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -423,12 +431,18 @@ def main(argv: list[str] | None = None) -> None:
             # it waits: either way no interpreter boots for it.
             started = sup.run()
             if started is not None:
-                sup = Supervisor(home, started.row["job_id"], store, started=started)
+                sup = Supervisor(home, started.row.job_id, store, started=started)
                 continue
-            given = None if sup.stop_signal.is_set() else wait_for_job(store)
+            if sup.stop_signal.is_set():
+                break
+            # Idle only once this process's MLflow work (spare runs) is done: a job handed
+            # over meanwhile would start behind that thread, waiting for the GIL.
+            for work in _RUN_WORK:
+                work.join(30)
+            given = wait_for_job(store)
             if given is None:
                 break
-            sup = Supervisor(home, given["job_id"], store, started=Started(given))
+            sup = Supervisor(home, given.job_id, store, started=Started(given))
     finally:
         for work in _RUN_WORK:  # a spare run half made would be lost to the pool
             work.join(30)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +9,7 @@ from air_skills.errors import InvalidInput, UnknownMetric
 from air_skills.vocabulary import Direction, best
 
 if TYPE_CHECKING:
+    from air_skills.runtime.records import JobRecord
     from air_skills.tracking.mlflow import MlflowTracker
 
 NOT_SET = "not set (script default)"  # a key one job's config lacks: its script's default ran
@@ -52,19 +52,17 @@ def score(
 
 
 def metric_scores(
-    rows: Sequence[Any],
+    rows: Sequence[JobRecord],
     tracker: MlflowTracker,
     metric: str,
     direction: Direction = "minimize",
     at_step: int | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """``score`` per job row (store rows: ``job_id``, ``run_id``); {} for a job without points."""
-    runs = [r["run_id"] for r in rows if r["run_id"]]
+    """``score`` per job (their records: ``job_id``, ``run_id``); {} for a job without points."""
+    runs = [r.run_id for r in rows if r.run_id]
     histories = tracker.metric_histories(runs, metric) if runs else {}
     return {
-        r["job_id"]: score(histories.get(r["run_id"], []), direction, at_step)
-        for r in rows
-        if r["run_id"]
+        r.job_id: score(histories.get(r.run_id, []), direction, at_step) for r in rows if r.run_id
     }
 
 
@@ -90,18 +88,18 @@ def rank(
     return sorted(items, key=key)
 
 
-def _command(row: Any) -> list[str]:
-    return list(json.loads(row["spec"]).get("command", []))
+def _command(row: JobRecord) -> list[str]:
+    return list(row.spec_dict().get("command", []))
 
 
 def compare_jobs(
-    rows: Sequence[Any],
+    rows: Sequence[JobRecord],
     tracker: MlflowTracker,
     metric: str | None,
     direction: Direction = "minimize",
     at_step: int | None = None,
 ) -> list[dict[str, Any]]:
-    """One entry per job row (store rows: ``job_id``, ``status``, ``spec``, ``run_id``,
+    """One entry per job (their records: ``job_id``, ``status``, ``spec``, ``run_id``,
     ``experiment_id``): its status, config diff against the first (and its command, when that
     differs), and with ``metric`` its latest value and step, its best for ``direction`` and
     with ``at_step`` the value at that step or just before it (else every latest value).
@@ -110,8 +108,8 @@ def compare_jobs(
         raise InvalidInput("no jobs to compare", hint="pass two or more job ids")
     if at_step is not None and not metric:
         raise InvalidInput("at_step needs a metric", hint="pass metric='val_loss' with at_step")
-    configs = [json.loads(r["spec"]).get("config", {}) for r in rows]
-    tracked = {r["run_id"]: r["experiment_id"] for r in rows if r["run_id"]}
+    configs = [r.spec_dict().get("config", {}) for r in rows]
+    tracked = {r.run_id: r.experiment_id for r in rows if r.run_id}
     latest_by_run = tracker.latest_many(tracked) if tracked else {}
     scores = metric_scores(rows, tracker, metric, direction, at_step) if metric else {}
     if metric and tracked and not any(scores.values()):
@@ -125,16 +123,16 @@ def compare_jobs(
     table = []
     for row, config in zip(rows, configs, strict=True):
         entry: dict[str, Any] = {
-            "job_id": row["job_id"],
-            "status": row["status"],
+            "job_id": row.job_id,
+            "status": row.status,
             "diff": config_diff(configs[0], config) if config is not configs[0] else {},
         }
         if _command(row) != first_command:
             entry["command"] = _command(row)
-        if row["run_id"] and metric:
-            entry["latest"] = latest_by_run.get(row["run_id"], {}).get(metric)
-            entry.update(scores.get(row["job_id"], {}))
-        elif row["run_id"]:
-            entry["latest"] = latest_by_run.get(row["run_id"], {})
+        if row.run_id and metric:
+            entry["latest"] = latest_by_run.get(row.run_id, {}).get(metric)
+            entry.update(scores.get(row.job_id, {}))
+        elif row.run_id:
+            entry["latest"] = latest_by_run.get(row.run_id, {})
         table.append(entry)
     return table

@@ -76,8 +76,8 @@ class TpeProposer(Proposer):
     def sampler(self, request: ProposalRequest) -> Any:
         """The Optuna sampler for this call, seeded from the history's length. Optuna's
         multivariate TPE as it comes: none of the variants tried on bench/search.py (a Sobol
-        start, consider_endpoints, gamma, n_ei_candidates, GP, local moves) beat it on held-out
-        seeds (bench/README.md)."""
+        start, consider_endpoints, gamma, n_ei_candidates, GP, local moves, a GP-EI portfolio,
+        re-asking near-repeats of tried configs) beat it on held-out seeds (bench/README.md)."""
         import optuna
 
         options = {

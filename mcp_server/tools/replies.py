@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from air_skills.client import Client
@@ -43,7 +42,7 @@ def log_tail(client: Client, job_id: str) -> str | None:
 def job_config(client: Client, job_id: str) -> dict[str, Any] | None:
     """The config the job was launched with (None when it has none)."""
     row = client.store.row(job_id)
-    return (json.loads(row["spec"]).get("config") or None) if row is not None else None
+    return (row.spec_dict().get("config") or None) if row is not None else None
 
 
 def to_score(score: dict[str, Any] | None) -> MetricScore | None:

@@ -79,7 +79,10 @@ def start_study(
     client: Client,
     study_file: Annotated[
         str | None,
-        Field(max_length=4096, description="path of a study YAML file (or of a study folder)"),
+        Field(
+            max_length=4096,
+            description="a study YAML file (or study folder); its relative workdir starts there",
+        ),
     ] = None,
     study: Annotated[
         dict[str, Any] | None,

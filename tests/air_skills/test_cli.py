@@ -87,8 +87,13 @@ def test_launch_from_spec_file_with_overrides(air_home: Path, tmp_path: Path) ->
     assert "'lr': 0.5" in run("logs", info["job_id"]).stdout
 
 
-def test_launch_keeps_the_command_after_double_dash_whole(air_home: Path, tmp_path: Path) -> None:
+def test_launch_keeps_the_command_after_double_dash_whole(
+    air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What follows `--` is the job's argv, its own options included; before it, ours."""
+    for script in ("x.py", "from_file.py", "given.py"):  # a dry run checks they are there
+        (tmp_path / script).write_text("")
+    monkeypatch.chdir(tmp_path)
     out = run_json("launch", "--dry-run", "--gpus", "1", "--", "python", "x.py", "--lr", "3")
     assert "['python', 'x.py', '--lr', '3']" in out["message"]
     out = run_json("launch", "--dry-run", "--", "python", "x.py", "--json", "--", "--gpus", "9")
@@ -110,6 +115,25 @@ def test_dry_run_launches_nothing(air_home: Path) -> None:
     out = run_json("launch", "--dry-run", "--gpus", "2", "--", "true")
     assert out["message"].startswith("DRY RUN")
     assert run_json("ls") == []
+
+
+def test_dry_run_refuses_a_command_that_would_not_start(
+    air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    result = run("launch", "--dry-run", "--", "pyhton", "train.py", code=2)
+    assert result.stderr.startswith("[invalid-spec] dry run: the command would not start")
+    assert "pyhton: not found on PATH; did you mean python" in result.stderr
+    assert "\nNext: " in result.stderr and "WOULD NOT START" not in result.stdout
+    error = run_json("launch", "--dry-run", "--", sys.executable, "trian.py", code=2)["error"]
+    assert error["code"] == "invalid-spec"
+    assert error["context"]["problems"] == [
+        f"trian.py: no such file in {tmp_path.resolve()}; did you mean train.py?"
+    ]
+    assert run_json("ls") == []  # nothing was queued
+    out = run_json("launch", "--dry-run", "--", sys.executable, "train.py")
+    assert out["job_id"] == "dry-run" and "WOULD NOT START" not in out["message"]
 
 
 def test_bad_input_exit_2_with_code_and_next_step(air_home: Path) -> None:

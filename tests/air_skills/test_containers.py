@@ -280,9 +280,9 @@ def test_a_supervisor_killed_with_sigkill_leaves_no_container(podman: str, clien
     name = container.container_name(info.job_id)
     wait_until(lambda: name in _containers(), timeout_s=60)
     row = client.store.row(info.job_id)
-    assert row is not None and row["supervisor_pid"]
-    os.kill(row["supervisor_pid"], signal.SIGKILL)
-    wait_until(lambda: not alive(row["supervisor_pid"], row["supervisor_start"]), timeout_s=10)
+    assert row is not None and row.supervisor_pid
+    os.kill(row.supervisor_pid, signal.SIGKILL)
+    wait_until(lambda: not alive(row.supervisor_pid, row.supervisor_start), timeout_s=10)
     lost = _container_id(name)
     assert lost
     client.list()  # any client call reconciles the lost supervisor

@@ -55,7 +55,7 @@ def test_another_user_cannot_read_the_home_or_a_jobs_secret(
     for path in home.rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
-    assert '"API_KEY"' in Store(home).row(info.job_id)["spec"]
+    assert '"API_KEY"' in Store(home).row(info.job_id).spec
 
 
 def _run_job_in_subprocess(home: Path, code: str) -> str:
@@ -75,7 +75,7 @@ def test_emptied_state_database_is_an_error_and_records_can_be_rebuilt(air_home:
         "print(i.job_id)",
     )
     store = Store(air_home)
-    sup = store.row(job_id)["supervisor_pid"]
+    sup = store.row(job_id).supervisor_pid
     store.close()
     wait_until(lambda: not proc.alive(sup, None), 30)  # nothing holds the database open
     (air_home / "air.db").write_bytes(b"")
@@ -94,20 +94,20 @@ def test_emptied_state_database_is_an_error_and_records_can_be_rebuilt(air_home:
 def test_job_whose_supervisor_died_has_its_mlflow_run_ended(air_home: Path) -> None:
     client = Client(air_home)
     info = client.launch(JobSpec(command=["sleep", "60"], track=True))
-    row = wait_until(lambda: (r := Store(air_home).row(info.job_id))["job_pid"] and r, 60)
-    assert row["run_id"]
-    os.kill(row["supervisor_pid"], signal.SIGKILL)
-    proc.kill_group(row["job_pid"])
-    wait_until(lambda: not proc.alive(row["supervisor_pid"], row["supervisor_start"]), 10)
+    row = wait_until(lambda: (r := Store(air_home).row(info.job_id)).job_pid and r, 60)
+    assert row.run_id
+    os.kill(row.supervisor_pid, signal.SIGKILL)
+    proc.kill_group(row.job_pid)
+    wait_until(lambda: not proc.alive(row.supervisor_pid, row.supervisor_start), 10)
     # No infra retry left: settling the lost job ends it (reconcile runs in `air ls`).
     env = {**os.environ, "AIR_HOME": str(air_home), "AIR_MAX_INFRA_RETRIES": "0"}
     subprocess.run(
         [PY, "-c", "from air_skills import Client; Client().list()"], env=env, check=True
     )
-    assert Store(air_home).row(info.job_id)["status"] == "FAILED"
+    assert Store(air_home).row(info.job_id).status == "FAILED"
     from mlflow.tracking import MlflowClient
 
     from air_skills.tracking.mlflow import tracking_uri
 
-    run = MlflowClient(tracking_uri(air_home)).get_run(row["run_id"])
+    run = MlflowClient(tracking_uri(air_home)).get_run(row.run_id)
     assert run.info.status == "FAILED"

@@ -52,7 +52,7 @@ def test_deleted_queued_job_folder_never_escapes_a_clients_pass(
         store.uncordon(idx)
     passes.schedule_pass(store)  # raised FileNotFoundError, leaving a phantom RUNNING job
     row = store.row(victim.job_id)
-    assert row["status"] == "FAILED" and "gone" in row["message"], dict(row)
+    assert row.status == "FAILED" and "gone" in row.message, row
     assert client.list().items[0].status == JobStatus.FAILED
 
 

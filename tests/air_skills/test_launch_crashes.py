@@ -147,7 +147,7 @@ def test_a_launch_killed_after_its_commit_is_a_whole_job(air_home: Path, work: P
     # A live job keeps its environment (its values only in the owner-only file).
     assert SECRET in (jdir / "job_env.json").read_text()
     row = Client(air_home).store.row(job_id)
-    assert SECRET not in row["spec"] and row["log_path"] == str(jdir / "output.log")
+    assert SECRET not in row.spec and row.log_path == str(jdir / "output.log")
     assert mlflow_runs(air_home)[job_id][0] == "RUNNING"  # its job runs (or will)
 
 

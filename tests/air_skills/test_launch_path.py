@@ -41,15 +41,15 @@ def test_command_starts_before_its_supervisor_and_stays_its_child(client: Client
     info = client.launch(spec([PY, "-c", SLEEPER], gpus=1))
     row = client.store.row(info.job_id)
     # Recorded before launch() returns: no window in which a lost supervisor leaves an orphan.
-    assert row["supervisor_pid"] and row["job_pid"] and row["job_start"]
+    assert row.supervisor_pid and row.job_pid and row.job_start
     assert info.message.startswith("RUNNING on GPUs")
-    assert parent_of(row["job_pid"]) == row["supervisor_pid"]
-    cmdline = Path(f"/proc/{row['supervisor_pid']}/cmdline")
+    assert parent_of(row.job_pid) == row.supervisor_pid
+    cmdline = Path(f"/proc/{row.supervisor_pid}/cmdline")
     wait_until(lambda: b"--job-pid" in cmdline.read_bytes().split(b"\0"))  # after exec
     wait_until(lambda: "up" in client.logs(info.job_id).text)
     cancelled = client.cancel(info.job_id, reason="done here")
     assert cancelled.status == JobStatus.CANCELLED and cancelled.signal == "SIGTERM"
-    assert not alive(row["job_pid"], row["job_start"])
+    assert not alive(row.job_pid, row.job_start)
 
 
 def test_cancel_while_the_supervisor_boots(client: Client) -> None:
@@ -58,7 +58,7 @@ def test_cancel_while_the_supervisor_boots(client: Client) -> None:
     cancelled = client.cancel(info.job_id, reason="changed my mind")
     assert cancelled.status == JobStatus.CANCELLED, cancelled.message
     assert "changed my mind" in cancelled.message
-    assert not alive(row["job_pid"], row["job_start"])
+    assert not alive(row.job_pid, row.job_start)
 
 
 def test_supervisor_runs_the_jobs_its_pass_starts(
@@ -72,7 +72,7 @@ def test_supervisor_runs_the_jobs_its_pass_starts(
     ids = [first.job_id] + [i.job_id for i in rest]
     infos = client.wait(ids, timeout_s=60, any=False)
     assert [i.status for i in infos] == [JobStatus.SUCCEEDED] * 3
-    supervisors = {client.store.row(j)["supervisor_pid"] for j in ids}
+    supervisors = {client.store.row(j).supervisor_pid for j in ids}
     assert len(supervisors) == 1  # one process, no interpreter boot per job
     kinds = [e["kind"] for e in client.events(rest[1].job_id)]
     assert kinds == ["queued", "started", "succeeded"]
@@ -82,11 +82,11 @@ def test_a_poke_without_a_stop_request_changes_nothing(client: Client) -> None:
     info = client.launch(spec([PY, "-c", SLEEPER], gpus=1))
     wait_until(lambda: "up" in client.logs(info.job_id).text)
     row = client.store.row(info.job_id)
-    os.kill(row["supervisor_pid"], POKE_SIGNAL)  # late, for a job that ended: harmless
+    os.kill(row.supervisor_pid, POKE_SIGNAL)  # late, for a job that ended: harmless
     time.sleep(0.5)
     assert client.get(info.job_id).status == JobStatus.RUNNING
-    assert alive(row["job_pid"], row["job_start"])
-    assert alive(row["supervisor_pid"], row["supervisor_start"])
+    assert alive(row.job_pid, row.job_start)
+    assert alive(row.supervisor_pid, row.supervisor_start)
     client.cancel(info.job_id)
 
 
@@ -94,11 +94,11 @@ def test_supervisor_sigterm_still_stops_the_job(client: Client) -> None:
     info = client.launch(spec([PY, "-c", SLEEPER], gpus=1))
     wait_until(lambda: "up" in client.logs(info.job_id).text)
     row = client.store.row(info.job_id)
-    wait_until(lambda: catches(row["supervisor_pid"], signal.SIGTERM))  # it has booted
-    os.kill(row["supervisor_pid"], signal.SIGTERM)
+    wait_until(lambda: catches(row.supervisor_pid, signal.SIGTERM))  # it has booted
+    os.kill(row.supervisor_pid, signal.SIGTERM)
     done = client.wait([info.job_id], timeout_s=30)[0]
     assert done.status == JobStatus.FAILED and done.signal == "SIGTERM"
-    assert not alive(row["job_pid"], row["job_start"])
+    assert not alive(row.job_pid, row.job_start)
 
 
 def test_cpu_job_beyond_the_queue_window_still_gets_a_free_slot(
@@ -126,17 +126,17 @@ def test_an_idle_supervisor_runs_the_next_job_at_once(
     monkeypatch.setenv("AIR_SUPERVISOR_LINGER_S", "60")
     first = client.launch(spec([PY, "-c", "pass"], gpus=1))
     assert client.wait([first.job_id], timeout_s=30)[0].status == JobStatus.SUCCEEDED
-    sup = client.store.row(first.job_id)["supervisor_pid"]
+    sup = client.store.row(first.job_id).supervisor_pid
     wait_until(lambda: idle_supervisors(client) == [sup])
     second = client.launch(spec([PY, "-c", SLEEPER], gpus=1))
     assert idle_supervisors(client) == []  # taken by the pass that started the job
     row = client.store.row(second.job_id)
-    assert row["supervisor_pid"] == sup
+    assert row.supervisor_pid == sup
     wait_until(lambda: "up" in client.logs(second.job_id).text)
     row = client.store.row(second.job_id)
-    assert parent_of(row["job_pid"]) == sup
+    assert parent_of(row.job_pid) == sup
     assert client.cancel(second.job_id).status == JobStatus.CANCELLED
-    assert not alive(row["job_pid"], row["job_start"])
+    assert not alive(row.job_pid, row.job_start)
 
 
 def test_an_idle_supervisor_leaves_on_sigterm(
@@ -146,9 +146,9 @@ def test_an_idle_supervisor_leaves_on_sigterm(
     first = client.launch(spec([PY, "-c", "pass"], gpus=1))
     client.wait([first.job_id], timeout_s=30)
     row = client.store.row(first.job_id)
-    wait_until(lambda: idle_supervisors(client) == [row["supervisor_pid"]])
-    os.kill(row["supervisor_pid"], signal.SIGTERM)
-    wait_until(lambda: not alive(row["supervisor_pid"], row["supervisor_start"]))
+    wait_until(lambda: idle_supervisors(client) == [row.supervisor_pid])
+    os.kill(row.supervisor_pid, signal.SIGTERM)
+    wait_until(lambda: not alive(row.supervisor_pid, row.supervisor_start))
     assert idle_supervisors(client) == []
     later = client.launch(spec([PY, "-c", "pass"], gpus=1))  # a fresh supervisor, as usual
     assert client.wait([later.job_id], timeout_s=30)[0].status == JobStatus.SUCCEEDED
@@ -167,15 +167,15 @@ def test_a_job_runs_in_the_environment_it_was_launched_from(
     second = client.launch(spec([PY, "-c", code], gpus=1))
     assert client.wait([second.job_id], timeout_s=30)[0].status == JobStatus.SUCCEEDED
     assert (
-        client.store.row(second.job_id)["supervisor_pid"]
-        == (client.store.row(first.job_id)["supervisor_pid"])
+        client.store.row(second.job_id).supervisor_pid
+        == (client.store.row(first.job_id).supervisor_pid)
     )
     assert out.read_text() == "from-the-launcher"
 
 
 def test_the_launch_environment_is_private_and_removed_at_the_end(client: Client) -> None:
     info = client.launch(spec([PY, "-c", SLEEPER], gpus=1))
-    saved = Path(client.store.row(info.job_id)["log_path"]).parent / "env.json"
+    saved = Path(client.store.row(info.job_id).log_path).parent / "env.json"
     assert saved.stat().st_mode & 0o777 == 0o600  # it may hold API keys
     client.cancel(info.job_id)
     assert not saved.exists()
@@ -191,7 +191,7 @@ def test_idle_supervisors_leave_after_their_time_and_are_capped(
     jobs += [client.launch(spec([PY, "-c", "pass"], gpus=1)) for _ in range(3)]
     client.wait([j.job_id for j in jobs], timeout_s=60, any=False)
     assert len(idle_supervisors(client)) <= 2  # 1 GPU + 1 CPU slot: no more can be handed one
-    sups = {client.store.row(j.job_id)["supervisor_pid"] for j in jobs}
+    sups = {client.store.row(j.job_id).supervisor_pid for j in jobs}
     wait_until(lambda: not idle_supervisors(client), timeout_s=10)
     wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in sups), timeout_s=10)
 

@@ -126,7 +126,7 @@ def test_cancel_running_job(client: Client) -> None:
     assert cancelled.status == JobStatus.CANCELLED
     assert "not needed" in cancelled.message
     assert cancelled.signal == "SIGTERM"
-    assert not alive(row["job_pid"], row["job_start"])
+    assert not alive(row.job_pid, row.job_start)
 
 
 def test_cancel_finished_job_is_refused_and_state_unchanged(client: Client) -> None:
@@ -172,7 +172,7 @@ def test_retries(client: Client, tmp_path: Path) -> None:
 def test_killed_from_outside(client: Client) -> None:
     info = client.launch(spec([PY, "-c", "import time; print('up', flush=True); time.sleep(60)"]))
     wait_until(lambda: "up" in client.logs(info.job_id).text)
-    os.kill(client.store.row(info.job_id)["job_pid"], signal.SIGKILL)
+    os.kill(client.store.row(info.job_id).job_pid, signal.SIGKILL)
     info = wait_terminal(client, info.job_id)
     assert info.status == JobStatus.FAILED and info.signal == "SIGKILL"
     assert "SIGKILL" in info.message
@@ -184,12 +184,12 @@ def test_supervisor_killed_is_reconciled(client: Client) -> None:
     )
     wait_until(lambda: "up" in client.logs(info.job_id).text)
     row = client.store.row(info.job_id)
-    os.kill(row["supervisor_pid"], signal.SIGKILL)
-    wait_until(lambda: not alive(row["supervisor_pid"], row["supervisor_start"]))
+    os.kill(row.supervisor_pid, signal.SIGKILL)
+    wait_until(lambda: not alive(row.supervisor_pid, row.supervisor_start))
     # The next client call settles it: requeued (infra retries left) and restarted.
     after = client.get(info.job_id)
     assert after.status in (JobStatus.QUEUED, JobStatus.RUNNING)
-    assert not alive(row["job_pid"], row["job_start"]), "orphan left running"
+    assert not alive(row.job_pid, row.job_start), "orphan left running"
     kinds = [e["kind"] for e in client.events(info.job_id)]
     assert "requeued-infra" in kinds
     wait_until(lambda: client.get(info.job_id).attempts == 2)

@@ -44,7 +44,7 @@ def test_rerun_runs_the_stored_snapshot_not_the_tree(client: Client, repo: Path)
     assert again.code.commit == first.code.commit and "rerun of" in (again.code.note or "")
     assert finished(client, again.job_id).status == "SUCCEEDED"
     assert "model says 1" in client.logs(again.job_id).text
-    spec = json.loads(client.store.row(again.job_id)["spec"])
+    spec = client.store.row(again.job_id).spec_dict()
     assert spec["config"] == {"lr": 0.2} and spec["tags"]["air.rerun_of"] == first.job_id
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime import spare_runs
@@ -174,3 +175,23 @@ def test_a_launch_killed_before_its_commit_leaves_its_spare_in_the_pool(
     left = {r["run_id"] for r in client.store.spare_candidates(client.tracker.uri, "air-default")}
     assert left == spares  # the claim was rolled back with the transaction
     assert client.store.rows() == []
+
+
+def test_a_long_lived_launcher_asks_for_spares_from_its_first_launch(air_home: Path) -> None:
+    """air-mcp and the loop (keep_spares) make their first run themselves; that launch still
+    asks for the pool, so the next launch claims a spare and its job logs into it."""
+    client = Client(air_home)
+    client.runtime.keep_spares = True
+    first = client.launch(JobSpec(command=[PY, "-c", "pass"], experiment="exp-k", code="live"))
+    assert first.run_id  # no spare yet: made in this process, as the Python API does
+    wait_done(client, first.job_id)
+    uri = client.tracker.uri
+    wait_until(lambda: client.store.spare_count(uri, "exp-k") == spare_runs.PER_POOL, 120)
+    spares = {r["run_id"] for r in client.store.spare_candidates(uri, "exp-k")}
+    second = client.launch(
+        JobSpec(command=[PY, "-c", FIRST_METRIC], experiment="exp-k", code="live")
+    )
+    assert second.run_id in spares
+    info = wait_done(client, second.job_id)
+    run = client.tracker.client.get_run(info.run_id)
+    assert run.data.metrics["first"] == 1.0 and SPARE_TAG not in run.data.tags

@@ -31,7 +31,7 @@ def test_terminal_state_is_never_rewritten(tmp_path: Path) -> None:
         assert not store.mark_running(c, job_id, [0], 1, False)
     assert not store.requeue(job_id, message="x", kind="infra")
     row = store.row(job_id)
-    assert row["status"] == "CANCELLED" and row["message"] == "cancelled"
+    assert row.status == "CANCELLED" and row.message == "cancelled"
 
 
 def test_race_between_finishers(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_race_between_finishers(tmp_path: Path) -> None:
     winners = [s for s, won in results if won]
     assert len(winners) == 1
     row = Store(tmp_path).row(job_id)
-    assert row["status"] == winners[0].value and row["message"] == winners[0].value
+    assert row.status == winners[0].value and row.message == winners[0].value
 
 
 def test_events_record_history(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_events_record_history(tmp_path: Path) -> None:
     kinds = [e["kind"] for e in store.events(job_id)]
     assert kinds == ["queued", "started", "requeued-infra"]
     row = store.row(job_id)
-    assert row["status"] == "QUEUED" and row["infra_retries"] == 1 and row["attempts"] == 1
+    assert row.status == "QUEUED" and row.infra_retries == 1 and row.attempts == 1
 
 
 def test_corrupt_database_message(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ def test_resume_relaunches_a_trial_whose_relaunch_after_an_infra_failure_was_not
         wait_until(marker.exists, timeout_s=90)  # the first attempt runs (and hangs)
         job_id = events(folder, "launched")[0]["job_id"]
         store = Client().store  # the row only: a Client call would settle the job here
-        pid = wait_until(lambda: store.row(job_id)["supervisor_pid"], timeout_s=30)
+        pid = wait_until(lambda: store.row(job_id).supervisor_pid, timeout_s=30)
         os.kill(pid, signal.SIGKILL)
         assert proc.wait(timeout=90) == -signal.SIGKILL, proc.stderr.read().decode()
     finally:

@@ -31,7 +31,7 @@ def status_of(client: Any, job_id: str) -> JobStatus:
 
 
 def sid_of(client: Any, job_id: str) -> str:
-    return client.store.row(job_id)["backend_ref"].split("@", 1)[0]
+    return client.store.row(job_id).backend_ref.split("@", 1)[0]
 
 
 def hold(client: Any, workdir: Path, release: Path, **spec: Any) -> Any:
@@ -231,7 +231,7 @@ def test_unreachable_cluster_is_retryable_and_fails_nothing(
 
     info = hold(ray_client, workdir, tmp_path / "release")
     wait_until(lambda: status_of(ray_client, info.job_id) == JobStatus.RUNNING, timeout_s=120)
-    real_ref = ray_client.store.row(info.job_id)["backend_ref"]
+    real_ref = ray_client.store.row(info.job_id).backend_ref
     sid = real_ref.split("@")[0]
     dead = f"http://127.0.0.1:{free_port()}"
     # The cluster this job lives on goes away (nothing listens there now).

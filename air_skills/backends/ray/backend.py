@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,6 +55,7 @@ from air_skills.runtime.prepare import (
     prepare_job,
     recording,
 )
+from air_skills.runtime.records import JobRecord
 from air_skills.status import JobStatus
 
 # How long `cancel` waits for Ray to report the job stopped (Ray: SIGTERM, SIGKILL after 3 s).
@@ -158,7 +158,9 @@ class RayBackend:
             )
             if created and job.code is not None:
                 store.set_code(c, job_id, job.code)
-        if not created:  # a concurrent caller with the same idempotency key won: discarded
+        # A concurrent caller with this key won: the same spec gets its job (ours discarded);
+        # another spec raised idempotency-conflict in queue, and `recording` discarded ours.
+        if not created:
             self.reconcile()
             return row_to_info(reread(store, got))
         if image_note:  # kept as an event: the message changes as the job goes on
@@ -244,22 +246,22 @@ class RayBackend:
         unreachable cluster (the records keep their last known status, with a note)."""
         return reconciling.reconcile(self.runtime)
 
-    def logs(self, record: sqlite3.Row) -> None:
+    def logs(self, record: JobRecord) -> None:
         """Bring the job's log file up to date with Ray's log of its current attempt."""
         sync_logs(record)
 
     # --- cancelling -------------------------------------------------------------------------
 
-    def cancel(self, record: sqlite3.Row, reason: str, wait_s: float = STOP_WAIT_S) -> JobInfo:
+    def cancel(self, record: JobRecord, reason: str, wait_s: float = STOP_WAIT_S) -> JobInfo:
         """Stop the Ray job (``stop_job``: SIGTERM, then SIGKILL) and record it CANCELLED."""
         rt, store = self.runtime, self.runtime.store
-        job_id = record["job_id"]
+        job_id = record.job_id
         self.reconcile()
         row = reread(store, job_id)
-        status = JobStatus(row["status"])
+        status = JobStatus(row.status)
         if status.is_terminal():
             raise already_finished(job_id, status.value)
-        sid, address = split_ref(row["backend_ref"])
+        sid, address = split_ref(row.backend_ref)
         if sid is None:  # not submitted yet: the submitting process stops it when it sees this
             finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {reason}")
             return row_to_info(reread(store, job_id))
@@ -283,9 +285,9 @@ class RayBackend:
             row = reread(store, job_id)
             if job is not None and str(job.status) in ("SUCCEEDED", "FAILED"):
                 sync_logs(row, ray=ray, final=True)
-                spec = JobSpec.model_validate_json(row["spec"], context=STORED)
+                spec = JobSpec.model_validate_json(row.spec, context=STORED)
                 reconciling.settle_terminal(rt, ray, row, spec, job)
-            elif job is None or str(job.status) == "STOPPED" or row["status"] == "QUEUED":
+            elif job is None or str(job.status) == "STOPPED" or row.status == "QUEUED":
                 sync_logs(row, ray=ray, final=True)
                 finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {reason}")
             else:

@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from air_skills.backends.ray.refs import job_lock, split_ref
 from air_skills.backends.ray.sdk import DEFAULT_ADDRESS, call, connect, env_address
 from air_skills.errors import BackendUnavailable
+from air_skills.runtime.records import JobRecord
 from air_skills.status import JobStatus
 
 
-def sync_logs(row: sqlite3.Row, ray: Any = None, final: bool = False) -> None:
+def sync_logs(row: JobRecord, ray: Any = None, final: bool = False) -> None:
     """Bring the job's log file up to date with Ray's log of the current attempt.
 
     The file is only ever appended to (earlier attempts are kept before it), so byte
     offsets that readers hold stay valid.
     """
-    log = Path(row["log_path"])
+    log = Path(row.log_path)
     if (log.parent / "ray-logs.done").exists():
         return
-    sid, address = split_ref(row["backend_ref"])
+    sid, address = split_ref(row.backend_ref)
     if sid is None:
         return
-    live = not JobStatus(row["status"]).is_terminal()
+    live = not JobStatus(row.status).is_terminal()
     try:
         if ray is None:
             ray = connect(env_address() or address or DEFAULT_ADDRESS)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import sqlite3
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from air_skills.runtime.outcomes import (
     classify,
 )
 from air_skills.runtime.prepare import LaunchContext
+from air_skills.runtime.records import JobRecord
 from air_skills.status import JobStatus
 
 # A record whose submission is not visible on Ray yet is left alone this long.
@@ -53,13 +53,13 @@ def reconcile(rt: LaunchContext) -> int:
     with a note in their message.
     """
     rows = rt.store.rows("WHERE backend='ray' AND status IN ('QUEUED','RUNNING') ORDER BY seq")
-    groups: dict[str, list[sqlite3.Row]] = {}
+    groups: dict[str, list[JobRecord]] = {}
     now = time.time()
     changed = 0
     for row in rows:
-        sid, address = split_ref(row["backend_ref"])
+        sid, address = split_ref(row.backend_ref)
         if address is None:
-            if now - row["queued_at"] > SUBMIT_GRACE_S:
+            if now - row.queued_at > SUBMIT_GRACE_S:
                 changed += settle_gone(rt, row, "the process submitting it stopped first")
             continue
         groups.setdefault(address, []).append(row)
@@ -86,7 +86,7 @@ def reconcile(rt: LaunchContext) -> int:
             continue
         cluster: ClusterView | None = None
         for row in group:
-            sid, _ = split_ref(row["backend_ref"])
+            sid, _ = split_ref(row.backend_ref)
             job = jobs.get(sid)
             if job is not None and str(job.status) == "PENDING" and cluster is None:
                 with contextlib.suppress(AirError):
@@ -95,37 +95,37 @@ def reconcile(rt: LaunchContext) -> int:
     return changed
 
 
-def _note(rt: LaunchContext, rows: list[sqlite3.Row], note: str) -> None:
+def _note(rt: LaunchContext, rows: list[JobRecord], note: str) -> None:
     for row in rows:
-        message = f"{without_note(row['message'])} {note}"
-        if message != row["message"]:
-            rt.store.set_message(row["job_id"], message)
+        message = f"{without_note(row.message)} {note}"
+        if message != row.message:
+            rt.store.set_message(row.job_id, message)
 
 
 def _apply(
-    rt: LaunchContext, ray: Any, row: sqlite3.Row, job: Any, cluster: ClusterView | None = None
+    rt: LaunchContext, ray: Any, row: JobRecord, job: Any, cluster: ClusterView | None = None
 ) -> int:
     """Map one Ray job's state onto its record (under the job's lock)."""
-    job_id = row["job_id"]
+    job_id = row.job_id
     with job_lock(rt.job_dir(job_id), block=False) as locked:
         if not locked:
             return 0  # another process is submitting, stopping or settling it
         row = reread(rt.store, job_id)
-        if JobStatus(row["status"]).is_terminal():
+        if JobStatus(row.status).is_terminal():
             return 0
-        sid, _ = split_ref(row["backend_ref"])
+        sid, _ = split_ref(row.backend_ref)
         if job is None:
             return _settle_missing(rt, ray, row, sid)
         status = str(job.status)
-        spec = JobSpec.model_validate_json(row["spec"], context=STORED)
+        spec = JobSpec.model_validate_json(row.spec, context=STORED)
         if status == "PENDING":
             message = queued_message(spec, sid or "?", cluster)
-            if row["status"] == "QUEUED" and row["message"] != message:
+            if row.status == "QUEUED" and row.message != message:
                 rt.store.set_message(job_id, message)
             return 0
         if status == "RUNNING":
             changed = 0
-            if row["status"] == "QUEUED":
+            if row.status == "QUEUED":
                 with rt.store.tx() as c:
                     rt.store.mark_running(c, job_id, [], spec.cpus or 1, False)
                 row = reread(rt.store, job_id)
@@ -135,9 +135,9 @@ def _apply(
                 + (f" with {spec.gpus} GPU(s)" if spec.gpus else "")
                 + (f" on node {job.driver_node_id[:12]}" if job.driver_node_id else "")
             )
-            if row["stop_request"]:
-                message = without_note(row["message"])
-            if row["message"] != message:
+            if row.stop_request:
+                message = without_note(row.message)
+            if row.message != message:
                 rt.store.set_message(job_id, message)
             _check_timeout(rt, ray, row, spec, sid)
             return changed
@@ -146,25 +146,23 @@ def _apply(
 
 
 def _check_timeout(
-    rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec, sid: str | None
+    rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, sid: str | None
 ) -> None:
-    if not spec.timeout_min or not row["started_at"] or row["stop_request"]:
+    if not spec.timeout_min or not row.started_at or row.stop_request:
         return
-    if time.time() - row["started_at"] < spec.timeout_min * 60:
+    if time.time() - row.started_at < spec.timeout_min * 60:
         return
     with rt.store.tx() as c:
-        rt.store.request_stop(
-            c, row["job_id"], "timeout", f"ran past timeout_min={spec.timeout_min}"
-        )
+        rt.store.request_stop(c, row.job_id, "timeout", f"ran past timeout_min={spec.timeout_min}")
     rt.store.set_message(
-        row["job_id"], f"RUNNING on Ray as {sid}: stopping, past timeout_min={spec.timeout_min}"
+        row.job_id, f"RUNNING on Ray as {sid}: stopping, past timeout_min={spec.timeout_min}"
     )
     with contextlib.suppress(Exception):
         ray.stop_job(sid)
 
 
-def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec, job: Any) -> int:
-    job_id = row["job_id"]
+def settle_terminal(rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, job: Any) -> int:
+    job_id = row.job_id
     status = str(job.status)
     error_type = str(getattr(job.error_type, "value", job.error_type) or "")
     exit_code = getattr(job, "driver_exit_code", None)
@@ -175,7 +173,7 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
             rt, row, JobStatus.SUCCEEDED, f"SUCCEEDED: exited 0 (Ray job {sid})", exit_code=0
         )
     if status == "STOPPED":
-        if row["stop_request"] == "timeout":
+        if row.stop_request == "timeout":
             return finish(
                 rt,
                 row,
@@ -185,8 +183,8 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
                 " relaunch",
                 failure_kind="user",
             )
-        if row["stop_request"] == "cancel":
-            return finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {row['stop_reason']}")
+        if row.stop_request == "cancel":
+            return finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {row.stop_reason}")
         return finish(
             rt,
             row,
@@ -198,7 +196,7 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
     if exit_code is None and error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR"):
         m = re.search(r"exit code (-?\d+)", job.message or "")
         exit_code = int(m.group(1)) if m else None
-    seen = gangs.log_infra(row["log_path"], spec.nodes) if exit_code not in (None, 0) else None
+    seen = gangs.log_infra(row.log_path, spec.nodes) if exit_code not in (None, 0) else None
     if error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR") and seen is not None:
         # A dead node or a collective's failure (NCCL), said in the log: not the user's code.
         infra, placeable = seen
@@ -216,16 +214,16 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
             job_id,
             exit_code=exit_code,
             infra=infra,
-            infra_retries=row["infra_retries"],
+            infra_retries=row.infra_retries,
             max_infra_retries=None if placeable else 0,
         )
         return _record(rt, ray, row, spec, classify(end))
     if error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR") and exit_code is not None:
-        failed = gangs.rank_failure(row["log_path"], exit_code, spec)  # a gang: which rank
+        failed = gangs.rank_failure(row.log_path, exit_code, spec)  # a gang: which rank
         end = AttemptEnd(
             job_id,
             exit_code=failed.exit_code if failed.rank is not None else exit_code,
-            user_retries=row["user_retries"],
+            user_retries=row.user_retries,
             max_retries=spec.max_retries,
             runner=f"Ray job {sid}",
             rank=failed.rank,
@@ -265,13 +263,13 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec
         job_id,
         exit_code=exit_code,
         infra=InfraFailure(f"{label}: {ray_says}", source="ray"),
-        infra_retries=row["infra_retries"],
+        infra_retries=row.infra_retries,
         max_infra_retries=None if retryable else 0,
     )
     return _record(rt, ray, row, spec, classify(end))
 
 
-def _record(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec, outcome: Outcome) -> int:
+def _record(rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, outcome: Outcome) -> int:
     """Act on the policy's outcome: resubmit the job, or finish its record."""
     if outcome.action == "requeue":
         return _resubmit(rt, ray, row, spec, outcome.kind or "infra", outcome.message)
@@ -287,14 +285,14 @@ def _record(rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec, outcom
 
 
 def _resubmit(
-    rt: LaunchContext, ray: Any, row: sqlite3.Row, spec: JobSpec, kind: str, message: str
+    rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, kind: str, message: str
 ) -> int:
     """Another attempt with the same id, run and checkpoint folder: a new Ray job."""
-    job_id = row["job_id"]
-    old_ref = row["backend_ref"]
+    job_id = row.job_id
+    old_ref = row.backend_ref
     try:
         # A snapshot job's attempts all upload its snapshot, not the tree as it is now.
-        workdir = ray_working_dir_of(rt.home, job_id, row["code"]) or spec.workdir
+        workdir = ray_working_dir_of(rt.home, job_id, row.code) or spec.workdir
     except AirError as exc:  # the snapshot is gone (`air gc`): no attempt can run it again
         return finish(
             rt,
@@ -305,7 +303,7 @@ def _resubmit(
             failure_kind="infra",
         )
     with rt.store.tx() as c:
-        if row["status"] == "QUEUED" and kind != "pending":
+        if row.status == "QUEUED" and kind != "pending":
             rt.store.mark_running(c, job_id, [], spec.cpus or 1, False)
         if kind != "pending":
             rt.store.requeue(job_id, kind=kind, message=message, c=c)
@@ -319,10 +317,10 @@ def _resubmit(
     ):
         return 0
     # Keep the finished attempt's output: the log goes on from it, Ray's next log after.
-    log = Path(row["log_path"])
+    log = Path(row.log_path)
     with contextlib.suppress(OSError), job_lock(log.parent, name="log.lock"):
         with open(log, "ab") as f:
-            f.write(f"\n[air] attempt {row['attempts'] + 1} on Ray as {sid}\n".encode())
+            f.write(f"\n[air] attempt {row.attempts + 1} on Ray as {sid}\n".encode())
         (log.parent / "ray-previous.log").write_bytes(log.read_bytes())
     cluster = None
     with contextlib.suppress(AirError):
@@ -338,10 +336,10 @@ def _resubmit(
     return 1
 
 
-def _settle_missing(rt: LaunchContext, ray: Any, row: sqlite3.Row, sid: str | None) -> int:
+def _settle_missing(rt: LaunchContext, ray: Any, row: JobRecord, sid: str | None) -> int:
     """Settle a record whose Ray job is not on the cluster (we hold the job's lock)."""
-    events = rt.store.events(row["job_id"])
-    submitted = max((e["ts"] for e in events if e["kind"] == "submitted"), default=row["queued_at"])
+    events = rt.store.events(row.job_id)
+    submitted = max((e["ts"] for e in events if e["kind"] == "submitted"), default=row.queued_at)
     accepted = any(e["kind"] == "ray-accepted" and e["ts"] >= submitted for e in events)
     if not accepted and time.time() - submitted < SUBMIT_GRACE_S:
         return 0  # an unconfirmed submission may still be on its way to Ray

@@ -6,11 +6,11 @@ import contextlib
 import fcntl
 import hashlib
 import re
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 from air_skills.errors import NotFound
+from air_skills.runtime.records import JobRecord
 from air_skills.runtime.store import Store
 
 
@@ -49,7 +49,7 @@ def job_lock(job_dir: Path, block: bool = True, name: str = "ray.lock") -> Itera
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def reread(store: Store, job_id: str) -> sqlite3.Row:
+def reread(store: Store, job_id: str) -> JobRecord:
     """The job's current row (records are never deleted: a missing one is a broken home)."""
     row = store.row(job_id)
     if row is None:

@@ -3,49 +3,49 @@
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from pathlib import Path
 
 from air_skills.backends.ray.sdk import short
 from air_skills.runtime.prepare import LaunchContext
+from air_skills.runtime.records import JobRecord
 from air_skills.status import JobStatus
 
 
-def settle_gone(rt: LaunchContext, row: sqlite3.Row, what: str) -> int:
-    if row["stop_request"] == "cancel":
-        return finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {row['stop_reason']}")
+def settle_gone(rt: LaunchContext, row: JobRecord, what: str) -> int:
+    if row.stop_request == "cancel":
+        return finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {row.stop_reason}")
     return finish(
         rt,
         row,
         JobStatus.FAILED,
         f"FAILED (infra): {what}; its outcome is unknown. Next: read what output was kept"
-        f" with `air logs {row['job_id']}`, then relaunch",
+        f" with `air logs {row.job_id}`, then relaunch",
         failure_kind="infra",
     )
 
 
 def finish(
     rt: LaunchContext,
-    row: sqlite3.Row,
+    row: JobRecord,
     status: JobStatus,
     message: str,
     exit_code: int | None = None,
     failure_kind: str | None = None,
 ) -> int:
     """End the MLflow run (with the summary block's values), then the record."""
-    job_id = row["job_id"]
+    job_id = row.job_id
     current = rt.store.row(job_id)
-    if current is None or JobStatus(current["status"]).is_terminal():
+    if current is None or JobStatus(current.status).is_terminal():
         return 0
     message = end_run(rt, row, status, message)
     with rt.store.tx() as c:
         if (
-            current["status"] == "QUEUED"
+            current.status == "QUEUED"
             and status != JobStatus.CANCELLED
-            and (current["backend_ref"] and exit_code is not None)
+            and (current.backend_ref and exit_code is not None)
         ):
             # It ran between two looks: record that it started.
-            rt.store.mark_running(c, job_id, [], current["cpus"] or 1, False)
+            rt.store.mark_running(c, job_id, [], current.cpus or 1, False)
         done = rt.store.finish(
             job_id,
             status,
@@ -56,20 +56,20 @@ def finish(
         )
     if done:
         with contextlib.suppress(OSError):
-            (Path(row["log_path"]).parent / "ray-logs.done").touch()
+            (Path(row.log_path).parent / "ray-logs.done").touch()
     return int(done)
 
 
-def end_run(rt: LaunchContext, row: sqlite3.Row, status: JobStatus, message: str) -> str:
+def end_run(rt: LaunchContext, row: JobRecord, status: JobStatus, message: str) -> str:
     from air_skills.runtime.summary_block import parse_summary, read_tail
 
-    values, bad = parse_summary(read_tail(row["log_path"]))
+    values, bad = parse_summary(read_tail(row.log_path))
     if bad:
         message += f" (summary values not numeric, ignored: {', '.join(bad[:5])})"
-    if not row["run_id"]:
+    if not row.run_id:
         return message
     try:
-        rt.tracker.finish_run(row["run_id"], status.value, values)
+        rt.tracker.finish_run(row.run_id, status.value, values)
     except Exception as exc:
         message += f" (MLflow run not ended: {short(exc)[:120]})"
     return message

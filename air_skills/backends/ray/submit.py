@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 from typing import Any
 
 from air_skills.backends.images import ray_image
@@ -18,6 +17,7 @@ from air_skills.models import JobSpec
 from air_skills.runtime import gang
 from air_skills.runtime.launch_env import thread_caps, user_env
 from air_skills.runtime.prepare import LaunchContext
+from air_skills.runtime.records import JobRecord
 from air_skills.status import JobStatus
 
 # The job folder on a cluster that is not this machine (config, checkpoints, data links).
@@ -25,10 +25,10 @@ DEFAULT_REMOTE_JOB_ROOT = "/tmp/air-skills/jobs"
 
 
 def job_env(
-    rt: LaunchContext, row: sqlite3.Row, spec: JobSpec, cluster: ClusterView | None, attempt: int
+    rt: LaunchContext, row: JobRecord, spec: JobSpec, cluster: ClusterView | None, attempt: int
 ) -> tuple[dict[str, str], str]:
     """The variables a job receives (as a local job does), and its folder on the node."""
-    job_id = row["job_id"]
+    job_id = row.job_id
     chosen = rt.job_dir(job_id) / "ray-folder"  # the same folder every attempt
     if chosen.exists():
         folder = chosen.read_text().strip()
@@ -53,23 +53,23 @@ def job_env(
             "PYTHONUNBUFFERED": "1",
         }
     )
-    if row["code"]:  # a snapshot job: the digest of the code it runs, as a local job gets
-        env["AIR_CODE_DIGEST"] = json.loads(row["code"])["digest"]
-    if row["run_id"]:
+    if row.code:  # a snapshot job: the digest of the code it runs, as a local job gets
+        env["AIR_CODE_DIGEST"] = json.loads(row.code)["digest"]
+    if row.run_id:
         from air_skills.tracking.mlflow import tracking_uri
 
         env["MLFLOW_TRACKING_URI"] = tracking_uri(rt.home)
-        env["MLFLOW_RUN_ID"] = row["run_id"]
-        env["MLFLOW_EXPERIMENT_ID"] = row["experiment_id"] or ""
+        env["MLFLOW_RUN_ID"] = row.run_id
+        env["MLFLOW_EXPERIMENT_ID"] = row.experiment_id or ""
     # The values live owner-only in the job's folder (the record keeps names); ours win.
-    env.update(user_env(read_job_env(rt.job_dir(row["job_id"])) or spec.env))
+    env.update(user_env(read_job_env(rt.job_dir(row.job_id)) or spec.env))
     return env, folder
 
 
 def submit(
     rt: LaunchContext,
     ray: Any,
-    row: sqlite3.Row,
+    row: JobRecord,
     spec: JobSpec,
     sid: str,
     cluster: ClusterView | None,
@@ -77,8 +77,8 @@ def submit(
     note: str = "",
 ) -> None:
     """Submit one attempt (the caller holds the job's lock and has recorded ``sid``)."""
-    job_id = row["job_id"]
-    attempt = row["attempts"] + 1
+    job_id = row.job_id
+    attempt = row.attempts + 1
     env, folder = job_env(rt, row, spec, cluster, attempt)
     run = gangs.entry(spec, folder)  # the command itself, or torchrun, or the gang's driver
     env.update(run.env)
@@ -94,7 +94,7 @@ def submit(
             runtime_env={**runtime_env, **ray_image(spec), "env_vars": env},
             entrypoint_num_gpus=run.num_gpus,
             entrypoint_num_cpus=run.num_cpus,
-            metadata={"air_job_id": job_id, "air_name": row["name"][:100]},
+            metadata={"air_job_id": job_id, "air_name": row.name[:100]},
         )
     except BackendUnavailable as exc:
         # The request may or may not have reached Ray: the record stays QUEUED and the
@@ -125,7 +125,7 @@ def submit(
         return
     rt.store.event(job_id, "ray-accepted", f"Ray accepted submission {sid}")
     current = rt.store.row(job_id)
-    if current is not None and JobStatus(current["status"]).is_terminal():
+    if current is not None and JobStatus(current.status).is_terminal():
         # Cancelled while we were submitting: make Ray agree.
         with contextlib.suppress(Exception):
             ray.stop_job(sid)
