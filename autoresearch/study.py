@@ -126,6 +126,7 @@ def anchor_workdir(study: Study, base: Path, origin: str) -> Study:
         note += f" resolved against {origin} {base}"
     out = study.model_copy(update={"workdir": str(workdir)})
     out._workdir_note = study._workdir_note or note  # the first anchoring is what the user wrote
+    out._workdir_given = study._workdir_given
     return out
 
 
@@ -136,21 +137,35 @@ def check_runnable(study: Study, base: Path | None = None) -> Study:
     if not Path(study.workdir).expanduser().is_absolute():
         origin = "the given folder" if base is not None else "the current folder"
         study = anchor_workdir(study, base or Path.cwd(), origin)
-    workdir = Path(study.workdir)
-    note = study._workdir_note or f"workdir {study.workdir!r}"
-    if not workdir.is_dir():
-        problems = [f"{note}: folder {workdir} not found"]
-    else:
-        problems = [f"{where}: {note}: {full} not found" for where, full in _missing(study)]
+    problems = _problems(study)
+    if problems and study._workdir_given is not None:
+        # A study file written to be run from a folder (DESIGN.md's example says "run from
+        # the repo root"): its workdir relative to the current folder, when that one works.
+        given = study._workdir_given
+        here = anchor_workdir(study.model_copy(update={"workdir": given}), Path.cwd(), "")
+        here._workdir_note = f"workdir {given!r} resolved against the current folder {Path.cwd()}"
+        also = _problems(here)
+        if not also:
+            return here
+        if Path(here.workdir).is_dir():  # a folder that is not there was no candidate
+            problems += also
     if problems:
         raise InvalidSpec(
             f"study {study.name!r} cannot run:",
             problems=problems,
-            hint="a study file's workdir is relative to the file's folder (an inline study's:"
-            " to the current folder); its script, evaluator and data paths are relative to"
-            " the workdir",
+            hint="a study file's workdir is relative to the file's folder, else to the folder"
+            " you run from (an inline study's: to the current folder); its script, evaluator"
+            " and data paths are relative to the workdir",
         )
     return study
+
+
+def _problems(study: Study) -> list[str]:
+    workdir = Path(study.workdir)
+    note = study._workdir_note or f"workdir {study.workdir!r}"
+    if not workdir.is_dir():
+        return [f"{note}: folder {workdir} not found"]
+    return [f"{where}: {note}: {full} not found" for where, full in _missing(study)]
 
 
 def _missing(study: Study) -> list[tuple[str, Path]]:
@@ -173,8 +188,9 @@ def _missing(study: Study) -> list[tuple[str, Path]]:
 def load_study(source: str | Path | dict[str, Any], base: Path | None = None) -> Study:
     """A study from a YAML file, a study folder (its saved study.yaml) or a dict; validated.
 
-    A file's relative workdir is made absolute against the file's folder; a dict's against
-    ``base`` when given, else it stays relative until ``check_runnable`` (the caller's cwd).
+    A file's relative workdir is made absolute against the file's folder (``check_runnable``
+    falls back to the current folder when nothing is found there); a dict's against ``base``
+    when given, else it stays relative until ``check_runnable`` (the caller's cwd).
     """
     if isinstance(source, dict):
         study = parse_study(source, "inline study")
@@ -190,6 +206,8 @@ def load_study(source: str | Path | dict[str, Any], base: Path | None = None) ->
                 return anchor_workdir(study, _folder(path), "the study folder")
         path = path / "study.yaml"
     study = parse_study(read_yaml(path), f"study file {path}")
+    if not Path(study.workdir).expanduser().is_absolute():
+        study._workdir_given = study.workdir
     return anchor_workdir(study, _folder(path).parent, "the study file's folder")
 
 

@@ -272,6 +272,9 @@ class Study(_Strict):
     # How ``workdir`` became absolute, for a not-found error ("workdir '.' resolved against
     # the study file's folder /x"); set by autoresearch.study.anchor_workdir, not a key.
     _workdir_note: str | None = PrivateAttr(default=None)
+    # A study file's workdir as written, when relative: if nothing is found from the file's
+    # folder, the folder the user runs from is tried too (DESIGN.md's "run from the repo root").
+    _workdir_given: str | None = PrivateAttr(default=None)
 
     @field_validator("command", mode="before")
     @classmethod

@@ -67,7 +67,9 @@ def test_a_missing_script_names_the_path_tried_and_what_the_workdir_resolved_aga
     folder = study_file.parent
     assert err.problems == [
         f"command: workdir '.' resolved against the study file's folder {folder}:"
-        f" {folder / 'trian.py'} not found"
+        f" {folder / 'trian.py'} not found",
+        f"command: workdir '.' resolved against the current folder {tmp_path}:"
+        f" {tmp_path / 'trian.py'} not found",
     ]
 
     study_file.write_text(study_file.read_text().replace("workdir: .", "workdir: nope"))
@@ -160,3 +162,25 @@ def test_autoresearch_run_from_another_folder_runs_the_files_study_and_resumes_f
     saved = yaml.safe_load((folder / "study.yaml").read_text())
     assert saved["workdir"] == str(study_file.parent.resolve())
     assert check_runnable(load_study(folder)).workdir == saved["workdir"]
+
+
+def test_a_study_file_written_to_run_from_the_current_folder_still_runs_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DESIGN.md's example: `workdir: .` and the script's path from the repo root, the file
+    in a subfolder. Nothing from the file's folder: the folder the user runs from is used."""
+    root = tmp_path / "repo"
+    (root / "exp").mkdir(parents=True)
+    shutil.copy(TRIAL_SCRIPT, root / "exp" / "trial_script.py")
+    study_file = project(tmp_path / "elsewhere", command=["python", "exp/trial_script.py"])
+    monkeypatch.chdir(root)
+    assert check_runnable(load_study(study_file)).workdir == str(root.resolve())
+    # From a folder where neither works, both places tried are named.
+    monkeypatch.chdir(tmp_path)
+    problems = refusal(load_study(study_file)).problems
+    assert problems == [
+        f"command: workdir '.' resolved against the study file's folder {study_file.parent}:"
+        f" {study_file.parent / 'exp' / 'trial_script.py'} not found",
+        f"command: workdir '.' resolved against the current folder {tmp_path}:"
+        f" {tmp_path / 'exp' / 'trial_script.py'} not found",
+    ]
