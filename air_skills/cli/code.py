@@ -68,7 +68,8 @@ def rerun(
     """Launch a job's code snapshot (not the tree as it is now) and config again."""
     config = {k: parse_value(v) for k, v in split_sets(set_, "--set").items()}
     text = read_patch(patch) if patch is not None else None
-    info = client().rerun(job, config=config or None, patch=text, dry_run=dry_run)
+    # A dry run refuses a snapshot whose command would not start, as `air launch --dry-run`.
+    info = client().rerun(job, config=config or None, patch=text, dry_run=dry_run, strict=dry_run)
     if as_json:
         emit_json(info)
     else:

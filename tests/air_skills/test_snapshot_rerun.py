@@ -161,3 +161,20 @@ def test_rerun_of_a_live_job_is_refused(client: Client, repo: Path) -> None:
     info = client.launch({"command": [PY, "-c", "pass"], "workdir": str(repo), "code": "live"})
     with pytest.raises(AirError, match="no code snapshot"):
         client.rerun(info.job_id)
+
+
+def test_rerun_dry_run_refuses_a_snapshot_whose_command_would_not_start(
+    client: Client, repo: Path
+) -> None:
+    bad = client.launch({"command": [PY, "trian.py"], "workdir": str(repo), "track": False})
+    finished(client, bad.job_id)
+    result = CliRunner().invoke(app, ["rerun", bad.job_id, "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert "[invalid-spec]" in result.output and "trian.py" in result.output
+    before = len(client.list().items)
+    marker = repo.parent / "go"
+    marker.touch()
+    good = launch(client, repo, marker)
+    finished(client, good.job_id)
+    assert "WOULD NOT START" not in air("rerun", good.job_id, "--dry-run")
+    assert len(client.list().items) == before + 1  # a dry run queues nothing
