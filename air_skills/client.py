@@ -107,9 +107,12 @@ class Client:
         config: dict[str, Any] | None = None,
         patch: str | None = None,
         dry_run: bool = False,
+        *,
+        strict: bool = False,
     ) -> JobInfo:
         """Launch ``job_id``'s stored snapshot (not the tree as it is now) and config again:
-        ``config`` keys over its config, ``patch`` instead of its patch, on the same base."""
+        ``config`` keys over its config, ``patch`` instead of its patch, on the same base.
+        ``dry_run`` and ``strict`` as for ``launch``."""
         from air_skills.runtime.code_source import load_job_code, rerun_snapshot, rerun_spec
         from air_skills.runtime.job_code import pinned_snapshot
 
@@ -117,7 +120,7 @@ class Client:
         snapshot = rerun_snapshot(load_job_code(self.home, job_id, row.code))
         spec = rerun_spec(self.home, job_id, row.spec_dict(), config, patch)
         with pinned_snapshot(snapshot):
-            return self._launch(spec, dry_run, snapshot)
+            return self._launch(spec, dry_run, snapshot, strict=strict)
 
     @property
     def code(self) -> Any:
