@@ -17,6 +17,7 @@ from typing import Any
 
 from air_skills.errors import InvalidState
 from autoresearch.faults import crash_point
+from autoresearch.journal_check import problem
 from autoresearch.safe_read import read_regular
 
 JOURNAL = "journal.jsonl"
@@ -98,6 +99,8 @@ class Journal:
         self.path = Path(study_dir) / JOURNAL
         self.last_write = 0.0
         self.unreadable = 0  # lines of the last read that were not UTF-8 text
+        self.skipped: list[tuple[int, str]] = []  # (line, why) of the last read's non-events
+        self.lines: list[int] = []  # the line number of each event the last read returned
 
     def exists(self) -> bool:
         return self.path.exists() and self.path.stat().st_size > 0
@@ -119,15 +122,16 @@ class Journal:
 
     def read(self) -> list[dict[str, Any]]:
         """The events, in order. A line that is not a JSON object is skipped: a line cut short
-        by a kill -9 (the events before it stand), or bytes that are not UTF-8 text, which are
-        counted in ``unreadable`` so that readers can say so."""
-        self.unreadable = 0
+        by a kill -9 (the events before it stand), bytes that are not UTF-8 text (counted in
+        ``unreadable``), or JSON that is no event (in ``skipped``, with its line and reason).
+        ``lines`` holds each returned event's line number, for ``skipped_warning``."""
+        self.unreadable, self.skipped, self.lines = 0, [], []
         if not self.path.exists():
             return []
         # a FIFO or a device in the journal's place is refused, not waited on or read forever
         data = read_regular(self.path, "study journal", max_bytes=None, error=InvalidState)
         out = []
-        for raw in data.split(b"\n"):
+        for number, raw in enumerate(data.split(b"\n"), 1):
             try:
                 line = raw.decode("utf-8").strip()
             except UnicodeDecodeError:
@@ -139,9 +143,29 @@ class Journal:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a kill -9: the events before it stand
+            except (RecursionError, ValueError) as exc:  # nested thousands deep, 5000 digits
+                self.skipped.append((number, f"JSON that cannot be read ({type(exc).__name__})"))
+                continue
             if isinstance(record, dict) and isinstance(record.get("event"), str):
                 out.append(record)
+                self.lines.append(number)
+            else:
+                self.skipped.append((number, problem(record, {}) or "not an event"))
         return out
+
+    def skipped_warning(self, state: StudyState) -> str | None:
+        """One line that says which lines of the last ``read`` were skipped and why (the first
+        few), or None when every line that was JSON applied."""
+        found = self.skipped + [(self.lines[i], why) for i, why in state.skipped]
+        if not found:
+            return None
+        found.sort()
+        shown = "; ".join(f"line {n}: {why}" for n, why in found[:3])
+        more = f"; and {len(found) - 3} more" if len(found) > 3 else ""
+        return (
+            f"{len(found)} line(s) of {self.path} are not valid study events: skipped"
+            f" ({shown}{more})"
+        )
 
 
 @dataclass
@@ -171,6 +195,7 @@ class StudyState:
     stopped: dict[str, Any] | None = None
     last_error: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (event index, why): replay
     sessions: int = 0
     started_ts: float | None = None
     last_ts: float | None = None
@@ -322,8 +347,14 @@ class StudyState:
 
 
 def replay(events: list[dict[str, Any]]) -> StudyState:
-    """Fold the journal's events into the study's state."""
+    """Fold the journal's events into the study's state. A record that does not fit (wrong
+    types, a trial never launched: ``journal_check``) is skipped whole, its reason kept in
+    ``skipped``; the records around it still apply."""
     st = StudyState()
-    for ev in events:
-        st.apply(ev)
+    for i, ev in enumerate(events):
+        why = problem(ev, st.trials)
+        if why is None:
+            st.apply(ev)
+        else:
+            st.skipped.append((i, why))
     return st

@@ -37,6 +37,9 @@ def load_state(study_dir: Path | str) -> tuple[Study, StudyState]:
         state.warnings.append(
             f"{journal.unreadable} line(s) of {journal.path} are not UTF-8 text: skipped"
         )
+    skipped = journal.skipped_warning(state)  # JSON of the wrong shape: the reasons
+    if skipped:
+        state.warnings.append(skipped)
     if not state.study:
         raise NotFound(f"the journal in {study_dir} holds no study", hint="run the study again")
     return parse_study(state.study, "journal study"), state

@@ -137,14 +137,14 @@ def check_runnable(study: Study, base: Path | None = None) -> Study:
     if not Path(study.workdir).expanduser().is_absolute():
         origin = "the given folder" if base is not None else "the current folder"
         study = anchor_workdir(study, base or Path.cwd(), origin)
-    problems = _problems(study)
+    problems = _not_found(study)
     if problems and study._workdir_given is not None:
         # A study file written to be run from a folder (DESIGN.md's example says "run from
         # the repo root"): its workdir relative to the current folder, when that one works.
         given = study._workdir_given
         here = anchor_workdir(study.model_copy(update={"workdir": given}), Path.cwd(), "")
         here._workdir_note = f"workdir {given!r} resolved against the current folder {Path.cwd()}"
-        also = _problems(here)
+        also = _not_found(here)
         if not also:
             return here
         if Path(here.workdir).is_dir():  # a folder that is not there was no candidate
@@ -160,7 +160,8 @@ def check_runnable(study: Study, base: Path | None = None) -> Study:
     return study
 
 
-def _problems(study: Study) -> list[str]:
+def _not_found(study: Study) -> list[str]:
+    """What the study names that is not there, each with how its path was resolved."""
     workdir = Path(study.workdir)
     note = study._workdir_note or f"workdir {study.workdir!r}"
     if not workdir.is_dir():

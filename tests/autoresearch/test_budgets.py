@@ -39,6 +39,8 @@ def state_of(trials: list[dict[str, Any]], llm_usd: float = 0.0) -> StudyState:
                     "ended_at": T0 + t.get("ended", 0.0),
                     "started_at": T0 + t["started"] if "started" in t else None,
                     "gpu_s": t.get("gpu_s", 0.0),
+                    # a SUCCEEDED trial without an objective is no trial the loop writes
+                    "value": 1.0 if t["status"] == "SUCCEEDED" else None,
                 }
             )
     if llm_usd:
