@@ -7,6 +7,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from air_skills import settings
 from air_skills.gpu.providers import provider
@@ -20,10 +22,19 @@ from air_skills.runtime.store import Store
 LINGER_S = settings.get("AIR_SUPERVISOR_LINGER_S")
 
 
-def wait_for_job(store: Store, linger_s: float = LINGER_S) -> JobRecord | None:
-    """Wait, as an idle supervisor, for a pass to give this process a job; its row, or None."""
+def wait_for_job(
+    store: Store, linger_s: float = LINGER_S, after: Iterable[Any] = ()
+) -> JobRecord | None:
+    """Wait, as an idle supervisor, for a pass to give this process a job; its row, or None.
+
+    ``after``: this process's MLflow work (job_run.RunWork) still running. It is idle only
+    once that is done: a job handed over meanwhile would start behind that thread, waiting
+    for the GIL; a pass gives it to another idle supervisor, or starts one.
+    """
     if linger_s <= 0 or not signals.wakeup_installed():
         return None
+    for work in after:
+        work.join(30)
     me = os.getpid()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

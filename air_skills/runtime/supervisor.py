@@ -433,13 +433,7 @@ def main(argv: list[str] | None = None) -> None:
             if started is not None:
                 sup = Supervisor(home, started.row.job_id, store, started=started)
                 continue
-            if sup.stop_signal.is_set():
-                break
-            # Idle only once this process's MLflow work (spare runs) is done: a job handed
-            # over meanwhile would start behind that thread, waiting for the GIL.
-            for work in _RUN_WORK:
-                work.join(30)
-            given = wait_for_job(store)
+            given = None if sup.stop_signal.is_set() else wait_for_job(store, after=_RUN_WORK)
             if given is None:
                 break
             sup = Supervisor(home, given.job_id, store, started=Started(given))

@@ -195,3 +195,17 @@ def test_a_long_lived_launcher_asks_for_spares_from_its_first_launch(air_home: P
     info = wait_done(client, second.job_id)
     run = client.tracker.client.get_run(info.run_id)
     assert run.data.metrics["first"] == 1.0 and SPARE_TAG not in run.data.tags
+
+
+def test_the_kept_reader_of_mlflows_tables_sees_each_change(air_home: Path) -> None:
+    """Launches check spares through one kept read-only connection: a spare deleted, or its
+    experiment deleted, after it was opened is seen at the next check."""
+    from air_skills.tracking.run_state import usable_runs
+
+    spares = make_spares(air_home, "exp-d")
+    tracker = MlflowTracker(air_home)
+    assert usable_runs(tracker.uri, spares) == set(spares)  # opens and keeps the reader
+    tracker.client.delete_run(spares[0])
+    assert usable_runs(tracker.uri, spares) == set(spares[1:])
+    tracker.client.delete_experiment(tracker.experiment_id("exp-d"))
+    assert usable_runs(tracker.uri, spares) == set()
