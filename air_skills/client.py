@@ -284,16 +284,9 @@ class Client:
             )
         latest = self.tracker.latest(run_id)
         if keys:
-            missing = [k for k in keys if k not in latest]
-            if missing:
-                from air_skills.errors import UnknownMetric
+            from air_skills.tracking.mlflow import require_metrics
 
-                raise UnknownMetric(
-                    f"job {job_id} has no metric {', '.join(missing)}",
-                    hint="metrics logged: " + (", ".join(sorted(latest)) or "none yet"),
-                    valid_keys=sorted(latest),
-                    job_id=job_id,
-                )
+            require_metrics(keys, latest, f"job {job_id}", job_id=job_id)
         hist = {}
         if history:
             hist = self.tracker.history(run_id, keys or sorted(latest), max_points, latest)

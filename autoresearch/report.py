@@ -13,6 +13,7 @@ from autoresearch.folder import PLOT_FILE, REPORT_FILE, loop_alive
 from autoresearch.journal import Journal, StudyState, Trial, TrialStatus, replay
 from autoresearch.report_code import code_lines, value_text
 from autoresearch.study import Study, parse_study
+from autoresearch.summary import best_fields, best_trial
 
 # How each kind of finished trial is drawn (failed trials are drawn apart: no value).
 SCATTER_STYLES: dict[str, dict[str, Any]] = {
@@ -198,7 +199,7 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
     else:
         lines.append("- **Noise floor:** not measured (noise.repeats = 0)")
     lines += ["", "## Best", ""]
-    best = state.trials.get(state.best_trial) if state.best_trial is not None else None
+    best = best_trial(state)
     if best is None:
         lines.append("No trial has succeeded yet.")
     else:
@@ -266,18 +267,9 @@ def write_report(study_dir: Path | str) -> dict[str, Any]:
     png = plot(study, state, study_dir / PLOT_FILE)
     md = study_dir / REPORT_FILE
     md.write_text(render_markdown(study_dir, study, state, png.name))
-    best = state.trials.get(state.best_trial) if state.best_trial is not None else None
+    best = best_trial(state)
     return {
         "report": str(md),
         "plot": str(png),
-        "best": None
-        if best is None
-        else {
-            "trial": best.number,
-            "value": state.best_value,
-            "diff": best.diff,
-            "config": best.config,
-            "job_id": best.job_id,
-            "run_id": best.run_id,
-        },
+        "best": None if best is None else {**best_fields(state, best), "config": best.config},
     }

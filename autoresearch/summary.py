@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from autoresearch.folder import REPORT_FILE, loop_alive
-from autoresearch.journal import StudyState, TrialStatus
+from autoresearch.journal import StudyState, Trial, TrialStatus
 from autoresearch.study import Study
 
 # The MCP resource that serves a trial's full patch (``api.trial_patch``). The study folder
@@ -19,6 +19,22 @@ PATCH_RESOURCE = "air://studies/{study}/trials/{trial}/patch"
 def patch_uri(study_dir: Path | str, trial: int) -> str:
     """The resource URI of trial ``trial``'s patch in the study folder ``study_dir``."""
     return PATCH_RESOURCE.format(study=quote(str(study_dir), safe=""), trial=trial)
+
+
+def best_trial(state: StudyState) -> Trial | None:
+    """The study's best trial so far; None before one succeeds."""
+    return state.trials.get(state.best_trial) if state.best_trial is not None else None
+
+
+def best_fields(state: StudyState, best: Trial) -> dict[str, Any]:
+    """What every view of the best trial shows: its number, value, diff, job and MLflow run."""
+    return {
+        "trial": best.number,
+        "value": state.best_value,
+        "diff": best.diff,
+        "job_id": best.job_id,
+        "run_id": best.run_id,
+    }
 
 
 def _trial_brief(t: Any) -> dict[str, Any]:
@@ -74,7 +90,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
     counts = {s.value.lower(): sum(1 for t in trials if t.status == s) for s in TrialStatus}
     b = study.budget
     wall_min = (state.wall_s_now(now) if alive else state.wall_s) / 60
-    best = state.trials.get(state.best_trial) if state.best_trial is not None else None
+    best = best_trial(state)
     out: dict[str, Any] = {
         "name": study.name,
         "study_dir": str(study_dir),
@@ -88,11 +104,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "best": None
         if best is None
         else {
-            "trial": best.number,
-            "value": state.best_value,
-            "diff": best.diff,
-            "job_id": best.job_id,
-            "run_id": best.run_id,
+            **best_fields(state, best),
             "reason": best.rationale[:300] or best.source,
             **best_code(study_dir, state),
         },
@@ -137,7 +149,7 @@ def best_code(study_dir: Path, state: StudyState) -> dict[str, Any]:
     from autoresearch.code_check import chain_of
     from autoresearch.code_diff import summarize
 
-    best = state.trials.get(state.best_trial) if state.best_trial is not None else None
+    best = best_trial(state)
     if best is None or state.code_base is None:
         return {}
     chain = chain_of(state.trials, best.number)

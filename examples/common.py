@@ -240,6 +240,29 @@ def save_checkpoint(path: Path | None, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def save_training(
+    path: Path | None, model: Any, opt: Any, step: int, batch_gen: Any, config: dict[str, Any]
+) -> None:
+    """Save what resuming needs: weights, optimizer, step, batch order and the config (whose
+    shape keys ``load_checkpoint`` checks). ``resume_training`` reads it back."""
+    state = {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "step": step,
+        "batch_rng": batch_gen.get_state(),
+        "config": config,
+    }
+    save_checkpoint(path, state)
+
+
+def resume_training(state: dict[str, Any], model: Any, opt: Any) -> int:
+    """Load a ``save_training`` checkpoint's weights and optimizer; returns its step. The
+    batch order (``state["batch_rng"]``) is the script's to restore."""
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    return int(state["step"])
+
+
 def load_checkpoint(
     path: Path | None, config: dict[str, Any], shape_keys: tuple[str, ...]
 ) -> dict[str, Any] | None:

@@ -117,28 +117,20 @@ def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
     """wait_for_jobs as a Tool: the schema of ``tools.wait_for_jobs``, progress as notifications."""
     sig = inspect.signature(tools.wait_for_jobs, eval_str=True)
     params = [p for n, p in sig.parameters.items() if n not in ("client", "on_progress", "stop")]
-    slots = WaitSlots()
-    pool: list[anyio.CapacityLimiter] = []  # made on first use: a limiter needs an event loop
 
-    async def call(ctx: Context, **kwargs: Any) -> CallToolResult:
-        if not pool:
-            pool.append(anyio.CapacityLimiter(CHECK_THREADS))
-        try:
-            with slots.take(_session_key(ctx)):
-                reply = await wait_async(
-                    client,
-                    kwargs["job_ids"],
-                    kwargs.get("timeout_s", sig.parameters["timeout_s"].default),
-                    kwargs.get("mode", sig.parameters["mode"].default),
-                    ctx.report_progress,
-                    pool[0],
-                    kwargs.get("metric"),
-                    kwargs.get("direction", "minimize"),
-                )
-        except AirError as exc:
-            return error_result(exc)
-        return ok_result(reply, render_wait(reply))
+    async def wait(ctx: Context, limiter: anyio.CapacityLimiter, kwargs: dict[str, Any]) -> Any:
+        return await wait_async(
+            client,
+            kwargs["job_ids"],
+            kwargs.get("timeout_s", sig.parameters["timeout_s"].default),
+            kwargs.get("mode", sig.parameters["mode"].default),
+            ctx.report_progress,
+            limiter,
+            kwargs.get("metric"),
+            kwargs.get("direction", "minimize"),
+        )
 
+    call = _slotted(WaitSlots(), wait, render_wait)
     return _async_tool(
         call, sig, params, WaitReply, tools.wait_for_jobs, "Wait for jobs", annotations
     )
@@ -163,7 +155,27 @@ def study_wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
     """wait_for_study as a Tool: the schema of ``tools.wait_for_study``, a slot per wait."""
     sig = inspect.signature(tools.wait_for_study, eval_str=True)
     params = [p for n, p in sig.parameters.items() if n != "client"]
-    slots = WaitSlots(tool="wait_for_study")
+
+    async def wait(ctx: Context, limiter: anyio.CapacityLimiter, kwargs: dict[str, Any]) -> Any:
+        timeout_s = kwargs.get("timeout_s", sig.parameters["timeout_s"].default)
+        return await wait_study_async(kwargs["study"], timeout_s, limiter)
+
+    call = _slotted(
+        WaitSlots(tool="wait_for_study"), wait, lambda r: render_reply("wait_for_study", r)
+    )
+    return _async_tool(
+        call, sig, params, StudyReply, tools.wait_for_study, "Wait for a study", annotations
+    )
+
+
+Wait = Callable[[Context, anyio.CapacityLimiter, dict[str, Any]], Awaitable[Any]]
+
+
+def _slotted(
+    slots: WaitSlots, wait: Wait, render: Callable[[Any], str]
+) -> Callable[..., Awaitable[CallToolResult]]:
+    """A wait tool's call: ``wait`` in one of ``slots``, its looks on a small pool of threads
+    of its own; its reply rendered, or an AirError as the tool's error."""
     pool: list[anyio.CapacityLimiter] = []  # made on first use: a limiter needs an event loop
 
     async def call(ctx: Context, **kwargs: Any) -> CallToolResult:
@@ -171,18 +183,12 @@ def study_wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
             pool.append(anyio.CapacityLimiter(CHECK_THREADS))
         try:
             with slots.take(_session_key(ctx)):
-                reply = await wait_study_async(
-                    kwargs["study"],
-                    kwargs.get("timeout_s", sig.parameters["timeout_s"].default),
-                    pool[0],
-                )
+                reply = await wait(ctx, pool[0], kwargs)
         except AirError as exc:
             return error_result(exc)
-        return ok_result(reply, render_reply("wait_for_study", reply))
+        return ok_result(reply, render(reply))
 
-    return _async_tool(
-        call, sig, params, StudyReply, tools.wait_for_study, "Wait for a study", annotations
-    )
+    return call
 
 
 def _async_tool(

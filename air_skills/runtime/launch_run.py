@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from air_skills.runtime.prepare import LaunchContext, PreparedJob
 
 
+def _run_tags(tags: dict[str, str] | None, code: CodePlan | None) -> dict[str, str]:
+    """The tags of a job's MLflow run, however it is made: the caller's, then its code's."""
+    return {**(tags or {}), **(code.tags() if code is not None else {})}
+
+
 def create_run_here(
     ctx: LaunchContext,
     job: PreparedJob,
@@ -28,7 +33,7 @@ def create_run_here(
     code: CodePlan | None,
 ) -> None:
     """The job's MLflow run (its id noted in the intent); tracking down is a note, not an error."""
-    run_tags = {**(tags or {}), **(code.tags() if code is not None else {})}
+    run_tags = _run_tags(tags, code)
     # Killed while the run is made, the launcher leaves a run the sweep finds by its tag.
     launch_intent.write(ctx.home, job.job_id, run="creating")
     try:
@@ -65,7 +70,7 @@ def plan_run(
     if not job.spares and ctx.make_runs_here:
         create_run_here(ctx, job, config, data, experiment, tags, code)
         return
-    run_tags = {**(tags or {}), **(code.tags() if code is not None else {})}
+    run_tags = _run_tags(tags, code)
     plan = {"uri": uri, "experiment": experiment, "name": job.name, "tags": run_tags}
     if code is not None:
         plan["diff"] = dirty_diff_of(code)

@@ -262,13 +262,7 @@ class MlflowTracker:
         self, run_id: str, keys: list[str], max_points: int, latest: dict[str, float] | None = None
     ) -> dict[str, list[list[float]]]:
         known = latest if latest is not None else self.latest(run_id)
-        missing = [k for k in keys if k not in known]
-        if missing:
-            raise UnknownMetric(
-                f"run {run_id} has no metric {', '.join(missing)}",
-                hint="metrics logged: " + (", ".join(sorted(known)) or "none yet"),
-                valid_keys=sorted(known),
-            )
+        require_metrics(keys, known, f"run {run_id}")
         out = {}
         for key in keys:
             points = self.metric_history(run_id, key)
@@ -323,6 +317,18 @@ class MlflowTracker:
                 f"cannot log {artifact_file} to the MLflow run: {_short(exc)}",
                 hint="the job runs; check the tracking store's artifact location",
             ) from None
+
+
+def require_metrics(keys: list[str], known: dict[str, float], subject: str, **details: Any) -> None:
+    """Raise UnknownMetric naming every key of ``keys`` that ``known`` (key -> value) lacks."""
+    missing = [k for k in keys if k not in known]
+    if missing:
+        raise UnknownMetric(
+            f"{subject} has no metric {', '.join(missing)}",
+            hint="metrics logged: " + (", ".join(sorted(known)) or "none yet"),
+            valid_keys=sorted(known),
+            **details,
+        )
 
 
 def downsample(

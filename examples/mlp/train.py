@@ -96,10 +96,8 @@ def main() -> None:
     tracker = common.Tracker(cfg)
     step = 0
     if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+        step = common.resume_training(state, model, opt)
         batch_gen.set_state(state["batch_rng"])
-        step = state["step"]
         print(f"resumed from {ckpt_path} at step {step}", flush=True)
         tracker.tag("resumed_from_step", step)
     print(
@@ -121,16 +119,7 @@ def main() -> None:
         return out
 
     def save() -> None:
-        common.save_checkpoint(
-            ckpt_path,
-            {
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "step": step,
-                "batch_rng": batch_gen.get_state(),
-                "config": cfg,
-            },
-        )
+        common.save_training(ckpt_path, model, opt, step, batch_gen, cfg)
 
     resumed_at = step if state is not None else None
     metrics: dict[str, float] = {}

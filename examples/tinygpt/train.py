@@ -178,9 +178,7 @@ def main() -> None:
     tracker = common.Tracker(cfg, enabled=lead)
     step = 0
     if state is not None:
-        raw.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        step = state["step"]
+        step = common.resume_training(state, raw, opt)
         if world == 1:
             batch_gen.set_state(state["batch_rng"])
         else:  # the saved stream is rank 0's: each rank continues its own
@@ -211,18 +209,8 @@ def main() -> None:
         return out
 
     def save() -> None:
-        if not lead:
-            return
-        common.save_checkpoint(
-            ckpt_path,
-            {
-                "model": raw.state_dict(),
-                "optimizer": opt.state_dict(),
-                "step": step,
-                "batch_rng": batch_gen.get_state(),
-                "config": cfg,
-            },
-        )
+        if lead:
+            common.save_training(ckpt_path, raw, opt, step, batch_gen, cfg)
 
     resumed_at = step if state is not None else None
     losses: dict[str, float] = {}

@@ -15,7 +15,7 @@ from air_skills.backends.ray.logs import sync_logs
 from air_skills.backends.ray.packaging import upload
 from air_skills.backends.ray.refs import job_lock, reread, split_ref, submission_id
 from air_skills.backends.ray.sdk import call, connect, env_address, short
-from air_skills.backends.ray.settle import finish, settle_gone
+from air_skills.backends.ray.settle import finish, finish_stopped, settle_gone
 from air_skills.backends.ray.submit import queued_message, submit
 from air_skills.errors import AirError
 from air_skills.models import STORED, JobSpec
@@ -183,9 +183,7 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, 
                 " relaunch",
                 failure_kind="user",
             )
-        if row.stop_request == "cancel":
-            return finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {row.stop_reason}")
-        return finish(
+        return finish_stopped(
             rt,
             row,
             JobStatus.CANCELLED,

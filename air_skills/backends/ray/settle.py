@@ -12,9 +12,8 @@ from air_skills.status import JobStatus
 
 
 def settle_gone(rt: LaunchContext, row: JobRecord, what: str) -> int:
-    if row.stop_request == "cancel":
-        return finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {row.stop_reason}")
-    return finish(
+    """End a job whose Ray job is gone (its outcome unknown): an infra failure."""
+    return finish_stopped(
         rt,
         row,
         JobStatus.FAILED,
@@ -22,6 +21,20 @@ def settle_gone(rt: LaunchContext, row: JobRecord, what: str) -> int:
         f" with `air logs {row.job_id}`, then relaunch",
         failure_kind="infra",
     )
+
+
+def finish_stopped(
+    rt: LaunchContext,
+    row: JobRecord,
+    status: JobStatus,
+    message: str,
+    failure_kind: str | None = None,
+) -> int:
+    """End a job that stopped without an exit of its own: CANCELLED with the reason when AIR
+    asked to cancel it, else ``status`` with ``message``."""
+    if row.stop_request == "cancel":
+        return finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {row.stop_reason}")
+    return finish(rt, row, status, message, failure_kind=failure_kind)
 
 
 def finish(
