@@ -2,8 +2,10 @@
 
 ``plan_code`` does everything that can fail before a job exists (the snapshot, the limits,
 the patch applied in memory); ``materialize`` then writes the job's ``code/`` view,
-``code.json`` and ``code.patch`` into its folder. The code that starts the command reads
-``code.json`` back (``launch_env``). Stdlib only.
+``code.json`` and ``code.patch`` into its folder. The files the snapshot read are already in
+a staging view (written from the bytes just hashed), which ``materialize`` renames into the
+job's folder; it copies only the files the stat cache answered. The code that starts the
+command reads ``code.json`` back (``launch_env``). Stdlib only.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import socket
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -29,6 +34,8 @@ CODE_RECORD = "code.json"
 PATCH_FILE = "code.patch"
 VIEW_DIR = "code"
 DIFF_ARTIFACT = "code/dirty.diff"
+STAGING = "staging"  # under AIR_HOME/code: views written by plan_code, see materialize
+STAGING_MAX_AGE_S = 86400.0  # no launch plans for a day
 SHARED_VIEWS = "views"  # under AIR_HOME/code: one folder per snapshot (and patch), see shared_view
 
 # The stored snapshot that launches in this context run instead of their workdir's tree (set
@@ -55,6 +62,8 @@ class CodePlan:
     patch: str | None = None
     overrides: dict[str, bytes | None] = field(default_factory=dict)
     seconds: float = 0.0
+    staged: Path | None = None  # the view written while the snapshot read (see plan_code)
+    staged_files: frozenset[str] = frozenset()
 
     def info(self) -> dict[str, Any]:
         """The job's code info: ``JobInfo.code`` and the store's ``code`` column."""
@@ -102,32 +111,86 @@ class CodePlan:
 def plan_code(home: Path, workdir: str, patch: str | None, store: bool = True) -> CodePlan:
     """Snapshot ``workdir``'s tree and check ``patch`` against it; nothing in a job folder yet.
 
-    With ``store=False`` (a dry run) nothing is written to the store either.
+    With ``store=False`` (a dry run) nothing is written to the store either. A stored snapshot
+    also writes each file it reads into a staging folder (the job's view, from the same bytes
+    as the blob): ``materialize`` moves it into the job's folder and copies only the files the
+    stat cache answered. A plan never materialized drops its staging folder when collected.
     """
     started = time.perf_counter()
-    snap = _PINNED.get() or take_snapshot(home, workdir, store=store)
-    plan = CodePlan(snap, patch)
-    if patch is not None:
-        files = snap.manifest["files"]
-
-        def read(path: str) -> bytes | None:
-            entry = files.get(path)
-            if entry is None:
-                if path in snap.manifest["symlinks"]:
-                    raise InvalidSpec(
-                        f"patch refused, nothing was launched: {path} is a symlink in the"
-                        " snapshot; patch the file it points to",
-                        hint="make the patch with `git diff` from the tree's root",
-                        file=path,
-                    )
-                return None
-            if snap.stored:
-                return read_blob(home, entry["sha256"])
-            return (snap.root / path).read_bytes()
-
-        plan.overrides = apply_patch(patch, read)
+    pinned = _PINNED.get()
+    staging = _new_staging(home) if pinned is None and store else None
+    try:
+        snap = pinned or take_snapshot(home, workdir, store=store, view=staging)
+        plan = CodePlan(snap, patch)
+        if snap.view is not None:
+            plan.staged, plan.staged_files = snap.view, snap.view_files
+            snap.view, snap.view_files = None, frozenset()  # the plan owns it now
+            weakref.finalize(plan, shutil.rmtree, str(plan.staged), ignore_errors=True)
+        if patch is not None:
+            plan.overrides = apply_patch(patch, _reader(home, snap))
+    except BaseException:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
     plan.seconds = time.perf_counter() - started
     return plan
+
+
+def _reader(home: Path, snap: Snapshot) -> Callable[[str], bytes | None]:
+    """A snapshot file's bytes for ``apply_patch`` (None: not in the snapshot)."""
+    files = snap.manifest["files"]
+
+    def read(path: str) -> bytes | None:
+        entry = files.get(path)
+        if entry is None:
+            if path in snap.manifest["symlinks"]:
+                raise InvalidSpec(
+                    f"patch refused, nothing was launched: {path} is a symlink in the"
+                    " snapshot; patch the file it points to",
+                    hint="make the patch with `git diff` from the tree's root",
+                    file=path,
+                )
+            return None
+        if snap.stored:
+            return read_blob(home, entry["sha256"])
+        return (snap.root / path).read_bytes()
+
+    return read
+
+
+def _new_staging(home: Path) -> Path:
+    """A fresh staging folder's path (not made yet), after removing those of dead launchers."""
+    parent = code_root(home) / STAGING
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        names = []
+    host = socket.gethostname()
+    for name in names:  # a launcher killed between plan and materialize left it
+        pid, _, rest = name.partition("-")
+        here = rest.rpartition("@")[2] == host  # a pid names a process on its own host only
+        if here and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(parent / name, ignore_errors=True)
+        elif _age_s(parent / name) > STAGING_MAX_AGE_S:  # another host's, or its pid reused
+            shutil.rmtree(parent / name, ignore_errors=True)
+    return parent / f"{os.getpid()}-{secrets.token_hex(8)}@{host}"
+
+
+def _age_s(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def materialize(
@@ -140,7 +203,17 @@ def materialize(
     """
     started = time.perf_counter()
     view = jdir / VIEW_DIR
-    method = build_view(home, plan.snapshot.manifest, view, plan.overrides)
+    present: frozenset[str] = frozenset()
+    staged, plan.staged = plan.staged, None  # a second job from this plan copies from the store
+    if staged is not None:
+        try:
+            os.rename(staged, view)  # both under AIR_HOME: one rename, not a copy
+            present = plan.staged_files
+        except OSError:
+            shutil.rmtree(staged, ignore_errors=True)
+    method = build_view(home, plan.snapshot.manifest, view, plan.overrides, present=present)
+    if present:
+        method = "written" if method == "written" else f"written+{method}"
     cwd = view / plan.snapshot.cwd if plan.snapshot.cwd else view
     cwd.mkdir(parents=True, exist_ok=True)  # a workdir with no files of its own
     if plan.patch is not None:

@@ -24,6 +24,9 @@ On disk, under ``AIR_HOME/code/``:
   uploaded) once. Where the code came from (commit, branch, remote, dirty) belongs to each job,
   not to the content: it is in the job's record (``JobInfo.code``) and ``jobs/<id>/code.json``.
 - ``stat_cache.db``: the stat cache (see ``snapshot_store``).
+- ``staging/<pid>-<token>@<host>/``: a launch's view written while its files were read (the
+  cold path: one read per file, the blob and the view written from the same bytes), moved
+  into the job's folder by ``job_code.materialize``; a dead launcher's is removed.
 
 A job's folder gets ``code/`` (its view: the tree from the snapshot's root, the command runs
 at the same relative place as the launch's workdir), ``code.json`` (its code info, with the
@@ -51,6 +54,7 @@ from air_skills.runtime.snapshot_store import (
     code_root,
     hash_file,
     parallel_map,
+    prepare_store,
     read_blob,
     store_lock,
 )
@@ -85,6 +89,8 @@ class Snapshot:
     stored: bool = True
     notes: list[str] = field(default_factory=list)
     rerun_of: str | None = None  # the job whose stored snapshot this is (``air rerun``)
+    view: Path | None = None  # the private copy made while reading (``take_snapshot(view=)``)
+    view_files: frozenset[str] = frozenset()  # the files in ``view``
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
@@ -181,26 +187,38 @@ def _exclusions(root: Path, exclude: list[Path]) -> list[str]:
     return out
 
 
-def take_snapshot(home: Path, workdir: str | os.PathLike[str], store: bool = True) -> Snapshot:
-    """Snapshot the tree of ``workdir`` (see the module docstring). AIR_HOME is never in it."""
+def take_snapshot(
+    home: Path,
+    workdir: str | os.PathLike[str],
+    store: bool = True,
+    view: Path | None = None,
+) -> Snapshot:
+    """Snapshot the tree of ``workdir`` (see the module docstring). AIR_HOME is never in it.
+
+    ``view`` (with ``store``): a folder, not yet there, that receives a private copy of each
+    file read, written from the same bytes as its blob (one read of the source, no copy from
+    the store afterwards); ``Snapshot.view_files`` lists them. The folder is made only when a
+    file is read; ``build_view(..., present=view_files)`` completes it.
+    """
     home = Path(home)
     if not store:
-        return _take(home, workdir, store)
+        return _take(home, workdir, store, None)
     with store_lock(home, shared=True):
-        return _take(home, workdir, store)
+        return _take(home, workdir, store, view)
 
 
-def _take(home: Path, workdir: str | os.PathLike[str], store: bool) -> Snapshot:
+def _take(home: Path, workdir: str | os.PathLike[str], store: bool, view: Path | None) -> Snapshot:
     workdir_path = Path(os.path.realpath(workdir))
     listing = list_files(workdir_path, frozenset({os.path.realpath(home)}))
     root = listing.root
+    root_s = str(root)
     skip = _exclusions(root, [home])
     entries: list[tuple[str, os.stat_result]] = []
     for rel in listing.paths:
         if any(rel.startswith(prefix) for prefix in skip):
             continue
         try:
-            st = os.lstat(root / rel)
+            st = os.lstat(f"{root_s}/{rel}")
         except FileNotFoundError:
             continue  # deleted from disk but still in git's index: the snapshot has it as on disk
         if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
@@ -211,36 +229,44 @@ def _take(home: Path, workdir: str | os.PathLike[str], store: bool) -> Snapshot:
         raise _over_limits(sizes, max_files, max_bytes)
     files: dict[str, dict[str, Any]] = {}
     links: dict[str, str] = {}
-    cache = StatCache(home, str(root))
-    todo: list[tuple[str, str]] = []  # (rel, full): files to read, hash (and store)
-    files_read = 0
+    cache = StatCache(home, root_s)
+    todo: list[tuple[str, str, os.stat_result]] = []  # (rel, full, lstat): files to read
+    written: set[str] = set()
     try:
         for rel, st in entries:
             if stat.S_ISLNK(st.st_mode):
                 links[rel] = _symlink_target(root, rel)
                 continue
-            full = str(root / rel)
+            full = f"{root_s}/{rel}"
             sha = cache.get(full, st)
             if sha is None or (store and not blob_path(home, sha).exists()):
-                todo.append((rel, full))
+                todo.append((rel, full, st))
             else:
                 files[rel] = _entry(sha, st)
+        view = view if store and todo else None
+        if store and todo:
+            prepare_store(home)
+        if view is not None:  # each folder made once, before the threads write into it
+            for folder in sorted({os.path.dirname(rel) for rel, _, _ in todo}):
+                os.makedirs(os.path.join(view, folder), exist_ok=True)
 
-        def read(item: tuple[str, str]) -> tuple[str, os.stat_result] | None:
+        def read(item: tuple[str, str, os.stat_result]) -> tuple[str, os.stat_result] | None:
+            rel, full, listed = item
+            out = None if view is None else os.path.join(view, rel)
             try:
-                sha, st, _ = hash_file(home, item[1], item[0], keep=store)
+                return hash_file(home, full, rel, keep=store, view=out, listed=listed)
             except FileNotFoundError:
                 return None  # deleted since it was listed (an editor's temp file): as on disk
-            return sha, st
 
-        for (rel, full), got in zip(todo, parallel_map(read, todo), strict=True):
+        for (rel, full, _), got in zip(todo, parallel_map(read, todo), strict=True):
             if got is not None:
-                files_read += 1
                 cache.put(full, got[1], got[0])
                 files[rel] = _entry(*got)
+                written.add(rel)
     finally:
         cache.close()
-    manifest = {"version": MANIFEST_VERSION, "files": files, "symlinks": links}
+    manifest = {"version": MANIFEST_VERSION, "files": dict(sorted(files.items())),
+                "symlinks": links}  # fmt: skip
     digest = manifest_digest(manifest)
     if store:
         _write_manifest(home, digest, manifest)
@@ -254,9 +280,11 @@ def _take(home: Path, workdir: str | os.PathLike[str], store: bool) -> Snapshot:
         git=listing.git,
         files=len(files) + len(links),
         bytes=sum(f["size"] for f in files.values()),
-        files_read=files_read,
+        files_read=len(written),
         stored=store,
         notes=listing.notes,
+        view=view,
+        view_files=frozenset(written) if view is not None else frozenset(),
     )
 
 
