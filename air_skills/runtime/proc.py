@@ -104,9 +104,30 @@ def _is_supervisor(pid: int) -> bool:
         return False
 
 
-def descendants(root: int, spare: Collection[int] = ()) -> tuple[list[int], list[int]]:
-    """(live, zombie) descendants of ``root``, not descending into ``spare`` pids or into
-    other supervisors (which an orphaned double fork hands to a subreaper)."""
+def _children(pid: int) -> list[int] | None:
+    """``pid``'s children from ``/proc/<pid>/task/*/children`` (every thread's: an orphan
+    handed to a subreaper may hang under any of its threads); None where the kernel has no
+    such file (CONFIG_PROC_CHILDREN off), [] for a process that is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except OSError:
+            continue
+    return out
+
+
+def _parents_of_all() -> tuple[dict[int, list[int]], dict[int, str]]:
+    """Every process's children and state, from a scan of all of /proc (the slow fallback)."""
     parents: dict[int, list[int]] = {}
     states: dict[int, str] = {}
     for name in os.listdir("/proc"):
@@ -116,20 +137,50 @@ def descendants(root: int, spare: Collection[int] = ()) -> tuple[list[int], list
         if st is not None:
             states[int(name)] = st[0]
             parents.setdefault(st[1], []).append(int(name))
+    return parents, states
+
+
+def descendants(root: int, spare: Collection[int] = ()) -> tuple[list[int], list[int]]:
+    """(live, zombie) descendants of ``root``, not descending into ``spare`` pids or into
+    other supervisors (which an orphaned double fork hands to a subreaper).
+
+    Walks down from ``root`` through each process's ``children`` file, reading only the
+    tree's own entries: a supervisor runs this after every job, and a scan of every process
+    on a busy machine costs milliseconds of CPU beside the next job's start."""
+    scan: tuple[dict[int, list[int]], dict[int, str]] | None = None
+
+    def children(pid: int) -> list[int]:
+        nonlocal scan
+        if scan is None:
+            found = _children(pid)
+            if found is not None:
+                return found
+            scan = _parents_of_all()
+        return scan[0].get(pid, [])
+
+    def state(pid: int) -> str | None:
+        if scan is not None:
+            return scan[1].get(pid)
+        st = _stat(pid)
+        return st[0] if st is not None else None
+
     live: list[int] = []
     zombies: list[int] = []
-    todo = list(parents.get(root, ()))
+    todo = children(root)
     while todo:
         pid = todo.pop()
         if pid in spare:
             continue
-        if states.get(pid) == "Z":
+        st = state(pid)
+        if st is None:
+            continue  # gone meanwhile
+        if st == "Z":
             zombies.append(pid)
             continue
         if _is_supervisor(pid):
             continue
         live.append(pid)
-        todo.extend(parents.get(pid, ()))
+        todo.extend(children(pid))
     return live, zombies
 
 

@@ -276,6 +276,9 @@ class Supervisor:
             now = time.monotonic()
             if _CHILD_EXITED.is_set():  # an adopted orphan ended: reap it (not the job)
                 _CHILD_EXITED.clear()
+                rc = child.poll()  # most often it is the job itself that ended
+                if rc is not None:
+                    return rc
                 proc.reap_children(keep=(child.pid,))
             if _POKED.is_set():  # a stop request was recorded: read it now
                 _POKED.clear()
