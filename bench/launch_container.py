@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,6 +59,28 @@ def by_air(client: object) -> float:
     return stamp - t0
 
 
+# What podman 4.3 needs in these sandboxes (issue 16, "These machines"; the container tests
+# use the same): no rlimits set on the container, runc, cgroupfs.
+SANDBOX_CONF = """\
+[containers]
+default_ulimits = []
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+
+
+def _sandbox_conf() -> None:
+    """Use the sandbox's containers.conf when podman cannot run the image without it."""
+    probe = subprocess.run(["podman", "run", "--rm", IMAGE, "true"], capture_output=True)
+    if probe.returncode == 0:
+        return
+    conf = Path(tempfile.mkdtemp(prefix="air-bench-podman-")) / "containers.conf"
+    conf.write_text(SANDBOX_CONF)
+    os.environ["CONTAINERS_CONF"] = str(conf)
+
+
 def measure(client: object, n: int) -> tuple[list[float], list[float]] | None:
     """(air launches, podman runs by hand), interleaved; None without podman or the image."""
     if shutil.which("podman") is None:
@@ -65,6 +88,8 @@ def measure(client: object, n: int) -> tuple[list[float], list[float]] | None:
     if subprocess.run(["podman", "image", "exists", IMAGE]).returncode != 0:
         return None
     os.environ.setdefault("AIR_CONTAINER_ENGINE", "podman")
+    if "CONTAINERS_CONF" not in os.environ:
+        _sandbox_conf()
     by_hand()  # warm the engine's storage and the page cache
     by_air(client)
     air: list[float] = []

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from air_skills import settings
 from air_skills.errors import InvalidInput
+from air_skills.runtime import image_cache
 from air_skills.runtime.outcomes import InfraFailure, Outcome
 from air_skills.status import JobStatus
 
@@ -95,7 +96,8 @@ def image_id(engine: str, image: str, pinned: str | None = None) -> str:
 
     ``pinned`` (a relaunch's recorded ID, a prefix is enough) must still be the image's ID.
     """
-    found = _inspect(engine, image)
+    stamp = image_cache.store_stamp(engine)
+    found = image_cache.cached_id(engine, image, stamp) or _inspect(engine, image)
     if found is None:
         pulled = _pull(engine, image)
         found = _inspect(engine, image) if pulled is None else None
@@ -107,6 +109,7 @@ def image_id(engine: str, image: str, pinned: str | None = None) -> str:
                 hint=f"build or pull it first (`{engine} images` lists what is here)",
                 image=image,
             )
+    image_cache.remember(engine, image, found, stamp)  # a long-lived launcher skips the next
     if pinned and not _same_id(found, pinned):
         raise InvalidInput(
             f"image {image!r} is now {found}, not the recorded {pinned}; nothing launched",

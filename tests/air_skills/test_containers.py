@@ -338,3 +338,43 @@ def test_air_images_lists_the_image_and_the_jobs_that_used_it(podman: str, clien
     rows = json.loads(done.stdout)
     mine = [r for r in rows if podman in r["names"]]
     assert mine and info.job_id in mine[0]["jobs"] and mine[0]["size"]
+
+
+def test_a_long_lived_launcher_keeps_an_image_id_only_while_the_store_is_unchanged(
+    podman: str,
+) -> None:
+    from air_skills.runtime import image_cache
+
+    tag = "localhost/air-test-moving:1"
+    first = container.image_id("podman", podman)
+    assert first.startswith("sha256:")
+    wait_until(lambda: image_cache.store_stamp("podman") is not None)
+    assert container.image_id("podman", podman) == first
+    stamp = image_cache.store_stamp("podman")
+    assert image_cache.cached_id("podman", podman, stamp) == first  # no inspect next time
+    # Re-point a tag at another image: the store changes, so the name is asked again.
+    other = subprocess.run(
+        ["podman", "commit", "--quiet", "--change", "ENV=MOVED=1", _a_container(podman)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    try:
+        subprocess.run(["podman", "tag", podman, tag], check=True)
+        assert container.image_id("podman", tag) == first
+        subprocess.run(["podman", "tag", other, tag], check=True)
+        assert image_cache.cached_id("podman", tag, image_cache.store_stamp("podman")) is None
+        moved = container.image_id("podman", tag)
+        assert moved != first and moved.removeprefix("sha256:").startswith(other[:12])
+    finally:
+        subprocess.run(["podman", "rmi", "--force", tag, other], capture_output=True)
+
+
+def _a_container(image: str) -> str:
+    """A stopped container of ``image`` (removed by the fixture), for `podman commit`."""
+    name = "air-test-commit"
+    subprocess.run(["podman", "rm", "--force", name], capture_output=True)
+    subprocess.run(
+        ["podman", "create", "--name", name, image, "true"], check=True, capture_output=True
+    )
+    return name
