@@ -16,6 +16,27 @@ POKE_SIGNAL = signal.SIGUSR1
 _wake_fd: int | None = None  # read end of the signal wakeup pipe (install_wakeup)
 
 
+class SignalFlag:
+    """A flag a signal handler sets: a plain attribute, never a lock. A handler that takes a
+    lock (``threading.Event.set``) deadlocks when a second signal lands while the first
+    handler holds it: two SIGCHLDs in a row (the job and its `setsid` child) hung a
+    supervisor in its cancel."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def clear(self) -> None:
+        self._set = False
+
+
 def install_wakeup() -> None:
     """Signals wake ``wait_readable`` at once (their handlers only set flags)."""
     global _wake_fd

@@ -24,7 +24,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +50,8 @@ HEALTH_INTERVAL_S = settings.get("AIR_HEALTH_INTERVAL_S")
 POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll this often
 # POKE_SIGNAL arrived: read the state now. One flag for the process, so that a poke that comes
 # while one job hands over to the next is not lost (a stale one costs one read).
-_POKED = threading.Event()
-_CHILD_EXITED = threading.Event()  # SIGCHLD: a child ended (the job, or an adopted orphan)
+_POKED = signals.SignalFlag()
+_CHILD_EXITED = signals.SignalFlag()  # SIGCHLD: a child ended (the job, or an adopted orphan)
 # The MLflow work of this process's jobs: joined before it exits (a spare run being made).
 _RUN_WORK: list[RunWork] = []
 
@@ -94,7 +93,7 @@ class Supervisor:
         self.store = store or Store(home)
         self.job_pid = job_pid  # the command, when the spawner started it
         self.start_error = start_error  # why the spawner could not start it
-        self.stop_signal = threading.Event()
+        self.stop_signal = signals.SignalFlag()  # SIGTERM/SIGINT (set in a handler: no lock)
         self._outcome: Outcome | None = None  # the attempt's end, recorded by _commit
         self.child: subprocess.Popen[bytes] | StartedChild | None = None
         self._started = started  # given to this process: its row (and command, if started)
@@ -309,7 +308,8 @@ class Supervisor:
         """Until the command exits, a signal arrives, or the timeout: no polling delay."""
         timeout_s = max(0.0, timeout_s)
         if pidfd is None or not signals.wakeup_installed():
-            self.stop_signal.wait(min(timeout_s, POLL_S))
+            if not self.stop_signal.is_set():
+                time.sleep(min(timeout_s, POLL_S))  # short: a stop is seen within POLL_S
             return
         signals.wait_readable([pidfd], timeout_s)
 
