@@ -1,7 +1,8 @@
-"""Test helpers: polling with a deadline instead of sleeps."""
+"""Test helpers: polling with a deadline instead of sleeps, a free local port."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 
@@ -16,3 +17,11 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0, every_s
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s}s: {predicate}")
         time.sleep(every_s)
+
+
+def free_port() -> int:
+    """A localhost TCP port nothing listens on (closed again: a server may take it, or a
+    client may find it down)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import free_port, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.errors import NotFound, UnknownMetric
@@ -126,9 +125,7 @@ def test_concurrent_launches_into_new_experiment(air_home: Path) -> None:
 
 
 def test_tracking_server_down_job_still_runs(client: Client, monkeypatch) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     client = Client(client.home)
     info = client.launch(JobSpec(command=[PY, "-c", "print('ran')"]))
@@ -140,9 +137,7 @@ def test_tracking_server_down_job_still_runs(client: Client, monkeypatch) -> Non
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("mlflow-server")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     proc = subprocess.Popen(
         [
@@ -215,9 +210,7 @@ def test_http_tracking_server_run_made_over_rest(
 
 
 def test_tracking_server_down_cli_launch_still_runs(client: Client, monkeypatch) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
     client = Client(client.home)
     client.runtime.make_runs_here = False
@@ -262,9 +255,7 @@ def test_compare_jobs(client: Client) -> None:
 @pytest.mark.slow
 def test_air_ui_serves_the_run(client: Client) -> None:
     info = launch_and_wait(client, [PY, "-c", "print('---'); print('val_loss: 0.5')"])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     air = str(Path(PY).parent / "air")
     proc = subprocess.Popen(
         [air, "ui", "--port", str(port)],

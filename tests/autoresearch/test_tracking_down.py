@@ -3,11 +3,11 @@ false "the objective was never logged" when the trial did print it."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 from ar_helpers import small_study
+from helpers import free_port
 
 from air_skills.errors import TrackingUnavailable
 from autoresearch.journal import Journal, TrialStatus, replay
@@ -15,16 +15,10 @@ from autoresearch.loop import run_study
 from autoresearch.study import parse_study
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_study_blames_tracking_not_the_metric_when_tracking_is_down(
     study_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    uri = f"http://127.0.0.1:{_closed_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # a tracking server that is down
     study = parse_study(small_study(name="untracked", budget={"trials": 3, "concurrency": 1}))
     folder = tmp_path / "study"
