@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,15 +231,16 @@ _PARSE: dict[str, Callable[[str], Any]] = {
 }
 
 
-def raw(name: str) -> str:
-    """The variable's text, stripped; "" when unset."""
+def raw(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """The variable's text, stripped; "" when unset. ``environ``: another environment than
+    this process's (a job's, as it was launched)."""
     _setting(name)
-    return os.environ.get(name, "").strip()
+    return (os.environ if environ is None else environ).get(name, "").strip()
 
 
-def problem(name: str) -> str | None:
+def problem(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     """``NAME='value' is not FORM`` when the variable is set to a bad value, else None."""
-    text = raw(name)
+    text = raw(name, environ)
     if not text:
         return None
     try:
@@ -249,14 +250,14 @@ def problem(name: str) -> str | None:
     return None
 
 
-def get(name: str) -> Any:
-    """The parsed value, or the default when unset or empty.
+def get(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The parsed value, or the default when unset or empty (``environ``: as for ``raw``).
 
     A bad value raises ``InvalidInput`` naming the variable, the value and its valid form; for a
     lenient setting it gives the default (its user reports the problem through ``problem``).
     """
     s = _setting(name)
-    text = os.environ.get(name, "").strip()
+    text = raw(name, environ)
     if not text:
         return s.default
     try:

@@ -11,7 +11,6 @@ naming who joined. A command that never calls ``init_process_group`` is never af
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -35,12 +34,9 @@ def join_dir(jdir: Path, attempt: int) -> str:
 
 def timeout_s(launched: dict[str, str] | None = None) -> float:
     """AIR_RENDEZVOUS_TIMEOUT_S as the job was launched with it (else this process's)."""
-    text = (launched or {}).get(NAME, "").strip()
-    try:
-        value = float(text)
-    except ValueError:
-        return float(settings.get(NAME))
-    return value if value > 0 and not math.isinf(value) else float(settings.get(NAME))
+    if launched and settings.raw(NAME, launched) and not settings.problem(NAME, launched):
+        return float(settings.get(NAME, launched))
+    return float(settings.get(NAME))
 
 
 @dataclass(frozen=True)
