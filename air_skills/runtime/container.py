@@ -96,8 +96,10 @@ def image_id(engine: str, image: str, pinned: str | None = None) -> str:
 
     ``pinned`` (a relaunch's recorded ID, a prefix is enough) must still be the image's ID.
     """
-    stamp = image_cache.store_stamp(engine)
-    found = image_cache.cached_id(engine, image, stamp) or _inspect(engine, image)
+    # Kept per binary, not per name: another PATH may hold another podman and store.
+    binary = shutil.which(engine) or engine
+    stamp = image_cache.store_stamp(binary)
+    found = image_cache.cached_id(binary, image, stamp) or _inspect(engine, image)
     if found is None:
         pulled = _pull(engine, image)
         found = _inspect(engine, image) if pulled is None else None
@@ -109,7 +111,7 @@ def image_id(engine: str, image: str, pinned: str | None = None) -> str:
                 hint=f"build or pull it first (`{engine} images` lists what is here)",
                 image=image,
             )
-    image_cache.remember(engine, image, found, stamp)  # a long-lived launcher skips the next
+    image_cache.remember(binary, image, found, stamp)  # a long-lived launcher skips the next
     if pinned and not _same_id(found, pinned):
         raise InvalidInput(
             f"image {image!r} is now {found}, not the recorded {pinned}; nothing launched",

@@ -12,7 +12,6 @@ podman once, in the background, after a first launch: a one-shot CLI never pays 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -21,12 +20,6 @@ _lock = threading.Lock()
 _stores: dict[str, Path | None] = {}  # engine -> its images.json (None: not known / none)
 _asking: set[str] = set()
 _known: dict[tuple[str, str], tuple[str, tuple[int, int, int]]] = {}
-
-
-def _which(engine: str) -> str:
-    """The engine's executable as PATH finds it now: answers are kept per binary, not per
-    name (another PATH, another podman and store)."""
-    return shutil.which(engine) or engine
 
 
 def _is_podman(engine: str) -> bool:
@@ -66,7 +59,7 @@ def store_stamp(engine: str) -> tuple[int, int, int] | None:
     """The image store's stamp now (None while its folder is not known): taken before an
     inspect, so an image changed while podman answered is not kept under the new stamp."""
     with _lock:
-        store = _stores.get(_which(engine))
+        store = _stores.get(engine)
     return _stamp(store) if store is not None else None
 
 
@@ -74,7 +67,7 @@ def cached_id(engine: str, image: str, stamp: tuple[int, int, int] | None) -> st
     """The ID this process resolved for ``image``, if the store's ``stamp`` is the one it was
     resolved under."""
     with _lock:
-        hit = _known.get((_which(engine), image))
+        hit = _known.get((engine, image))
     if stamp is None or hit is None:
         return None
     return hit[0] if hit[1] == stamp else None
@@ -89,19 +82,19 @@ def remember(
     background: bool = True,
 ) -> None:
     """Keep ``image`` -> ``ident`` under the ``stamp`` taken before it was resolved; the first
-    call per engine finds the store (in a thread unless ``background`` is False)."""
+    call per engine finds the store (in a thread unless ``background`` is False). ``engine``
+    is the executable's path: answers are kept per binary (another PATH, another store)."""
     if not _is_podman(engine):
         return
-    binary = _which(engine)
     with _lock:
-        start = binary not in _stores and binary not in _asking
+        start = engine not in _stores and engine not in _asking
         if start:
-            _asking.add(binary)
+            _asking.add(engine)
     if start:
         if background:
-            threading.Thread(target=_find_store, args=(binary,), daemon=True).start()
+            threading.Thread(target=_find_store, args=(engine,), daemon=True).start()
         else:
-            _find_store(binary)
+            _find_store(engine)
     if stamp is not None and store_stamp(engine) == stamp:
         with _lock:
-            _known[(binary, image)] = (ident, stamp)
+            _known[(engine, image)] = (ident, stamp)

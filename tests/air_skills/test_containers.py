@@ -346,12 +346,14 @@ def test_a_long_lived_launcher_keeps_an_image_id_only_while_the_store_is_unchang
     from air_skills.runtime import image_cache
 
     tag = "localhost/air-test-moving:1"
+    binary = shutil.which("podman")  # answers are kept per executable
+    assert binary is not None
     first = container.image_id("podman", podman)
     assert first.startswith("sha256:")
-    wait_until(lambda: image_cache.store_stamp("podman") is not None)
+    wait_until(lambda: image_cache.store_stamp(binary) is not None)
     assert container.image_id("podman", podman) == first
-    stamp = image_cache.store_stamp("podman")
-    assert image_cache.cached_id("podman", podman, stamp) == first  # no inspect next time
+    stamp = image_cache.store_stamp(binary)
+    assert image_cache.cached_id(binary, podman, stamp) == first  # no inspect next time
     # Re-point a tag at another image: the store changes, so the name is asked again.
     other = subprocess.run(
         ["podman", "commit", "--quiet", "--change", "ENV=MOVED=1", _a_container(podman)],
@@ -363,7 +365,7 @@ def test_a_long_lived_launcher_keeps_an_image_id_only_while_the_store_is_unchang
         subprocess.run(["podman", "tag", podman, tag], check=True)
         assert container.image_id("podman", tag) == first
         subprocess.run(["podman", "tag", other, tag], check=True)
-        assert image_cache.cached_id("podman", tag, image_cache.store_stamp("podman")) is None
+        assert image_cache.cached_id(binary, tag, image_cache.store_stamp(binary)) is None
         moved = container.image_id("podman", tag)
         assert moved != first and moved.removeprefix("sha256:").startswith(other[:12])
     finally:
