@@ -17,14 +17,14 @@ from air_skills.gpu.providers import provider
 from air_skills.home import check_job_id
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
 from air_skills.polling import backoff
-from air_skills.runtime import passes as local
-from air_skills.runtime.launch_check import check_command, refuse
-from air_skills.runtime.log_read import BadOffset, read_log
-from air_skills.runtime.log_search import BadPattern, LogSearch, search_log
-from air_skills.runtime.orphans import sweep_orphans
-from air_skills.runtime.prepare import LaunchContext
-from air_skills.runtime.records import JobRecord
-from air_skills.runtime.store import Store
+from air_skills.runtime.launch.launch_check import check_command, refuse
+from air_skills.runtime.launch.orphans import sweep_orphans
+from air_skills.runtime.launch.prepare import LaunchContext
+from air_skills.runtime.results.log_read import BadOffset, read_log
+from air_skills.runtime.results.log_search import BadPattern, LogSearch, search_log
+from air_skills.runtime.scheduling import passes as local
+from air_skills.runtime.store.records import JobRecord
+from air_skills.runtime.store.store import Store
 from air_skills.vocabulary import Direction
 
 RANK_POOL = 1000  # list(order_by=...) ranks the newest this many jobs
@@ -96,7 +96,7 @@ class Client:
         if problems:
             info.message += "; WOULD NOT START: " + "; ".join(problems)
         if info.code is not None and not dry_run:
-            from air_skills.runtime.code_gc import maybe_collect
+            from air_skills.runtime.code.code_gc import maybe_collect
 
             maybe_collect(self.home)  # old snapshots go, at most once a day (one stat else)
         return info
@@ -113,8 +113,8 @@ class Client:
         """Launch ``job_id``'s stored snapshot (not the tree as it is now) and config again:
         ``config`` keys over its config, ``patch`` instead of its patch, on the same base.
         ``dry_run`` and ``strict`` as for ``launch``."""
-        from air_skills.runtime.code_source import load_job_code, rerun_snapshot, rerun_spec
-        from air_skills.runtime.job_code import pinned_snapshot
+        from air_skills.runtime.code.code_source import load_job_code, rerun_snapshot, rerun_spec
+        from air_skills.runtime.code.job_code import pinned_snapshot
 
         row = self._row(job_id)
         snapshot = rerun_snapshot(load_job_code(self.home, job_id, row.code))
@@ -125,7 +125,7 @@ class Client:
     @property
     def code(self) -> Any:
         """Code-snapshot verbs: ``diff(a, b)``, ``patch(job)``, ``export(...)``, ``gc()``."""
-        from air_skills.runtime.code_ops import CodeOps
+        from air_skills.runtime.code.code_ops import CodeOps
 
         return CodeOps(self.home, self._row)
 
@@ -155,7 +155,7 @@ class Client:
 
     def reconcile(self) -> None:
         """Settle records whose supervisor (or Ray job) is gone; start what can start; clean
-        up after crashed launches (at most once a minute, see runtime/orphans.py)."""
+        up after crashed launches (at most once a minute, see runtime/launch/orphans.py)."""
         sweep_orphans(self.runtime)
         for name in self.store.live_backends():
             self.backend(name).reconcile()

@@ -3,7 +3,8 @@
 A project with a quota is guaranteed that many GPUs; beyond it, its jobs borrow idle GPUs
 and are the first preempted when another project reclaims its own quota. Projects without a
 quota share what the quotas leave of the pool. Quotas may add up to more than the pool (a
-warning, not an error): borrowing and reclaim sort it out. See ``air_skills.runtime.scheduler``.
+warning, not an error): borrowing and reclaim sort it out. See
+``air_skills.runtime.scheduling.scheduler``.
 Functions over the store: the caller settles the jobs first (``Client.reconcile``) where the
 answer depends on which jobs still run.
 """
@@ -15,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from air_skills.errors import InvalidInput, NotFound
 from air_skills.gpu.providers import provider
-from air_skills.runtime import passes
+from air_skills.runtime.scheduling import passes
 from air_skills.vocabulary import NAME_RE
 
 if TYPE_CHECKING:
-    from air_skills.runtime.store import Store
+    from air_skills.runtime.store.store import Store
 
 MAX_QUOTA_GPUS = 1_000_000
 

@@ -190,7 +190,7 @@ _TABLE = (
         "AIR_TEST_CRASH_AT", "str", None,
         "tests only: a process kills itself (SIGKILL) at this named point, so a test can crash"
         " it exactly there: a launch step (`prepare:folder`, `launch:locked`, ... see"
-        " air_skills/runtime/faults.py) or a journal event of the autoresearch loop",
+        " air_skills/runtime/process/faults.py) or a journal event of the autoresearch loop",
         default_text="unset: never",
     ),
     # --- internal: set by the toolkit for its own processes ------------------------------

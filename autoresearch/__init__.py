@@ -10,16 +10,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "Study": "autoresearch.study",
-    "load_study": "autoresearch.study",
-    "parse_study": "autoresearch.study",
-    "run_study": "autoresearch.loop",
-    "StudyLoop": "autoresearch.loop",
+    "Study": "autoresearch.study.study",
+    "load_study": "autoresearch.study.study",
+    "parse_study": "autoresearch.study.study",
+    "run_study": "autoresearch.loop.loop",
+    "StudyLoop": "autoresearch.loop.loop",
     "start_study": "autoresearch.api",
     "get_study": "autoresearch.api",
     "suggest_trials": "autoresearch.api",
     "stop_study": "autoresearch.api",
-    "write_report": "autoresearch.report",
+    "write_report": "autoresearch.report.report",
     "Proposer": "autoresearch.proposers",
     "make_proposer": "autoresearch.proposers",
 }
@@ -41,10 +41,10 @@ __all__ = [
 
 if TYPE_CHECKING:
     from autoresearch.api import get_study, start_study, stop_study, suggest_trials
-    from autoresearch.loop import StudyLoop, run_study
+    from autoresearch.loop.loop import StudyLoop, run_study
     from autoresearch.proposers import Proposer, make_proposer
-    from autoresearch.report import write_report
-    from autoresearch.study import Study, load_study, parse_study
+    from autoresearch.report.report import write_report
+    from autoresearch.study.study import Study, load_study, parse_study
 
 
 def __getattr__(name: str) -> Any:

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
-from autoresearch.folder import LOOP_LOG, STUDY_FILE, LoopLock, loop_alive, request_stop
-from autoresearch.journal import Journal, StudyState
-from autoresearch.report import load_state
-from autoresearch.study import (
+from autoresearch.journal.journal import Journal, StudyState
+from autoresearch.report.report import load_state
+from autoresearch.report.summary import summarize
+from autoresearch.study.folder import LOOP_LOG, STUDY_FILE, LoopLock, loop_alive, request_stop
+from autoresearch.study.study import (
     STUDIES_DIR,
     Study,
     check_runnable,
@@ -26,7 +27,6 @@ from autoresearch.study import (
     dump_study,
     load_study,
 )
-from autoresearch.summary import summarize
 
 START_TIMEOUT_S = 60.0
 
@@ -50,7 +50,7 @@ def start_study(
     ``<study_dir>/loop.log``, and this returns as soon as it has started; otherwise it runs
     here until a budget is spent. Returns the study's state as ``get_study`` gives it.
     ``prior_jobs``: job ids already run by hand; they join a new study's history as trials
-    (one that ran the base config is its baseline, not run again): autoresearch/prior.py.
+    (one that ran the base config is its baseline, not run again): autoresearch/loop/prior.py.
     """
     source_dir = Path(study) if isinstance(study, str | Path) and Path(study).is_dir() else None
     if source_dir is not None and (alive := loop_alive(source_dir)):
@@ -79,7 +79,7 @@ def start_study(
     if prior_jobs:
         resume = _journal_prior(folder, parsed, prior_jobs, resume)
     if not background:
-        from autoresearch.loop import StudyLoop
+        from autoresearch.loop.loop import StudyLoop
 
         StudyLoop(parsed, folder, resume=resume, poll_s=poll_s).run()
         return get_study(folder)
@@ -145,7 +145,7 @@ def _journal_prior(folder: Path, study: Study, prior_jobs: list[str], resume: bo
             hint="start a new study with prior_jobs, or resume without them",
         )
     from air_skills.client import Client
-    from autoresearch.prior import journal_prior
+    from autoresearch.loop.prior import journal_prior
 
     folder.mkdir(parents=True, exist_ok=True)
     journal_prior(folder, study, prior_jobs, Client())
@@ -180,7 +180,7 @@ def suggest_trials(
     journaled against its budget); with a study file or dict it proposes from no history.
     ``prior_jobs`` (job ids run by hand) join that history, with their objectives.
     """
-    from autoresearch.loop import build_request
+    from autoresearch.loop.loop import build_request
     from autoresearch.proposers import make_proposer, suggest
 
     if not isinstance(n, int) or not 1 <= n <= 64:
@@ -199,7 +199,7 @@ def suggest_trials(
         study, state = load_study(source), StudyState()
     if prior_jobs:
         from air_skills.client import Client
-        from autoresearch.prior import with_prior
+        from autoresearch.loop.prior import with_prior
 
         state = with_prior(state, study, prior_jobs, Client())
     proposer = make_proposer(study.proposer)
@@ -242,7 +242,7 @@ def _code_base(study: Study, state: StudyState) -> Any:
     if study.code is None:
         return None
     from air_skills.home import default_home
-    from autoresearch.code_base import CodeBase
+    from autoresearch.code.code_base import CodeBase
 
     home = default_home()
     if state.code_base is not None:
@@ -252,7 +252,7 @@ def _code_base(study: Study, state: StudyState) -> Any:
 
 def trial_patch(study_dir: str | Path, trial: int) -> str:
     """A trial's code as patches from the study's base (root first): the full text."""
-    from autoresearch.code_check import chain_of
+    from autoresearch.code.code_check import chain_of
 
     _, state = load_state(study_folder(study_dir))
     if trial not in state.trials:

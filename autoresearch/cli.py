@@ -139,7 +139,7 @@ def run(
 ) -> None:
     """Run a study until a budget is spent; `--resume` re-attaches to its running trials."""
     from autoresearch.api import get_study
-    from autoresearch.loop import run_study
+    from autoresearch.loop.loop import run_study
 
     result = run_study(study, study_dir, resume=resume, poll_s=poll_s, log=_progress(as_json))
     summary = get_study(result.study_dir)
@@ -192,7 +192,7 @@ def report(
     as_json: bool = JsonOpt,
 ) -> None:
     """Write report.md and objective.png into the study folder."""
-    from autoresearch.report import write_report
+    from autoresearch.report.report import write_report
 
     paths = write_report(study_dir)
     if as_json:
@@ -252,7 +252,7 @@ def export(
     as_json: bool = JsonOpt,
 ) -> None:
     """Commit the winner's code and config on a new branch (the current one is untouched)."""
-    from autoresearch.export import export_study
+    from autoresearch.report.export import export_study
 
     done = export_study(study_dir, branch, trial)
     if as_json:
@@ -283,7 +283,7 @@ def find_examples() -> Path:
 def demo_study(examples: Path, proposer: str, trials: int) -> dict[str, Any]:
     """The MLP example's own study file, made small: 2 trials at a time, no GPU, a few minutes
     on 2 CPU cores, and runnable from any folder."""
-    from autoresearch.study import read_yaml
+    from autoresearch.study.study import read_yaml
 
     study = read_yaml(examples / "mlp" / "study.yaml")
     proposer_cfg: dict[str, Any] = {"type": proposer}
@@ -310,7 +310,7 @@ def demo(
 ) -> None:
     """Run a small study on the bundled MLP example: no GPU, no server, a few minutes."""
     from autoresearch.api import get_study
-    from autoresearch.loop import run_study
+    from autoresearch.loop.loop import run_study
 
     if proposer not in ("tpe", "random", "llm"):
         raise InvalidInput(f"unknown proposer {proposer!r}", hint="use tpe, random or llm")

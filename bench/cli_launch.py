@@ -54,7 +54,7 @@ def wait_ended(home: Path, job_id: str) -> None:
 
 
 def wait_spares(home: Path, need: int = 2, timeout_s: float = 120.0) -> int:
-    from air_skills.runtime.store import Store
+    from air_skills.runtime.store.store import Store
 
     store = Store(home)
     deadline = time.monotonic() + timeout_s

@@ -36,9 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoresearch import confirm, decisions
-from autoresearch.journal import StudyState, Trial
-from autoresearch.study import Study, parse_study
+from autoresearch.journal.journal import StudyState, Trial
+from autoresearch.loop import confirm, decisions
+from autoresearch.study.study import Study, parse_study
 
 RESAMPLES = 2000
 GOAL_FALSE_KEEPS = 1 / 3  # confirmed false-keep rate at most a third of the unconfirmed one

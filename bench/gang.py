@@ -4,7 +4,7 @@ The job's rank 0 writes ``time.time()`` to a file right after its first all-redu
 Plain ``python -m torch.distributed.run --standalone --nproc-per-node 2`` of the same script
 is measured side by side, interleaved, and our figure is given as a ratio to it. Goal: at
 most 1.2x (p50). Both pay torch's import in each rank; ours adds the launch, the supervisor,
-the log prefixing and each rank's rendezvous bootstrap (runtime/rank_boot.py).
+the log prefixing and each rank's rendezvous bootstrap (runtime/execution/rank_boot.py).
 
     python bench/gang.py            # 5 launches each
     python bench/gang.py --n 10

@@ -8,7 +8,7 @@ Rows: launches one after another (the usual case: a supervisor whose job ended w
 and the next launch hands it the job, so no process is created on the critical path); the
 same with MLflow tracking on, the run made in the launching process (the Python API with no
 spare run) and, goal 2 (at most 1.5x raw), claimed from the spare runs as a long-lived
-launcher that keeps them does (runtime/spare_runs.py), back to back and again with the pool
+launcher that keeps them does (runtime/runs/spare_runs.py), back to back and again with the pool
 refilled before each launch (a job that outlives its supervisor's MLflow work, as training
 runs do: that work then competes with no launch for the cores); cold launches, where no supervisor
 is waiting (a fresh AIR_HOME whose supervisors exit at once: the launch forks, starts the
@@ -27,64 +27,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from _common import percentile, scratch_home, table, verdict
+from launch_probe import _read_stamp, air_once, job_command, raw_once
 
 GOAL = 1.25
 SETTLE_S = 0.03  # let the previous job's processes exit before the next measurement
 # After the pool is refilled, its supervisor's MLflow thread ends and it goes idle.
 REFILL_SETTLE_S = 0.2
-JOB_CODE = "import sys,time;open(sys.argv[1],'w').write(repr(time.time()))"
-
-
-def job_command(out: Path) -> list[str]:
-    """The job: a bare interpreter whose first instruction records the time."""
-    return [sys.executable, "-S", "-c", JOB_CODE, str(out)]
-
-
-def _read_stamp(path: Path, deadline_s: float = 30.0) -> float:
-    """The job's timestamp. Looked for every 10 ms: the figure is the job's own clock reading,
-    and polling faster would only take CPU from the job while it starts."""
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            text = path.read_text()
-            if text:
-                return float(text)
-        except FileNotFoundError:
-            pass
-        if time.monotonic() > end:
-            raise RuntimeError(f"the job never wrote {path}")
-        time.sleep(0.01)
-
-
-def raw_once(out: Path) -> float:
-    """Seconds from Popen called to the job's first instruction."""
-    t0 = time.time()
-    proc = subprocess.Popen(job_command(out), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    proc.wait()
-    return _read_stamp(out) - t0
-
-
-def air_once(client: object, out: Path, track: bool) -> tuple[float, float]:
-    """(seconds to the job's first instruction, seconds until launch() returned)."""
-    from air_skills import JobSpec, JobStatus
-
-    # Live code: the launch's own cost; a snapshot's is bench/snapshot.py's and cli_launch.py's.
-    spec = JobSpec(command=job_command(out), gpus=1, track=track, name="bench-launch", code="live")
-    t0 = time.time()
-    info = client.launch(spec)  # type: ignore[attr-defined]
-    returned = time.time() - t0
-    first = _read_stamp(out) - t0
-    (done,) = client.wait([info.job_id], timeout_s=60, any=False)  # type: ignore[attr-defined]
-    if done.status != JobStatus.SUCCEEDED:
-        raise RuntimeError(f"bench job {done.job_id} ended {done.status}: {done.message}")
-    return first, returned
 
 
 def air_spared(client: object, out: Path) -> tuple[float, float, bool]:
@@ -107,8 +60,8 @@ def air_spared(client: object, out: Path) -> tuple[float, float, bool]:
 
 def wait_spares(home: Path, timeout_s: float = 120.0) -> None:
     """Until a supervisor has filled the pool of spare runs (and is done making them)."""
-    from air_skills.runtime.spare_runs import PER_POOL
-    from air_skills.runtime.store import Store
+    from air_skills.runtime.runs.spare_runs import PER_POOL
+    from air_skills.runtime.store.store import Store
 
     store = Store(home)
     deadline = time.monotonic() + timeout_s

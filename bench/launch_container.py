@@ -3,7 +3,8 @@
 Both run the image's ``cat /proc/uptime`` as the first instruction: the kernel's boot-time
 clock (10 ms steps), the same inside a container, read from the output. Each air launch is
 measured beside one ``podman run`` typed by hand. Goal: at most 1.2x. The image is the tests'
-busybox image (tests/air_skills/test_containers.py builds it); ``measure`` returns None when
+busybox image (tests/air_skills/execution/test_containers.py builds it); ``measure`` returns None
+when
 podman or the image is not here.
 """
 

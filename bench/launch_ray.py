@@ -41,7 +41,7 @@ def measure_rows(
         from ray.job_submission import JobSubmissionClient
     except ImportError:
         return None
-    from launch import _read_stamp, job_command
+    from launch_probe import _read_stamp, job_command
 
     from air_skills import Client, JobSpec, JobStatus
     from air_skills.backends.ray import RayBackend
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10, help="launches per row")
     args = parser.parse_args(argv)
-    from launch import air_once, raw_once
+    from launch_probe import air_once, raw_once
 
     with scratch_home(gpus=4) as home, tempfile.TemporaryDirectory() as tmp:
         from air_skills import Client

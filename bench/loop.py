@@ -91,7 +91,7 @@ def sequence_proposer(seed: int, trials: int, table: Any) -> Any:
     """Trials 1..N-2 are random configs; the last one is the best of 300 random configs, so
     the search "finds" its target at its last trial, in the same order at any concurrency."""
     from autoresearch.proposers import Proposal, ProposalResult, Proposer
-    from autoresearch.space import clean_diff, sample_value
+    from autoresearch.spec.space import clean_diff, sample_value
 
     def config(study: Any, index: int) -> dict[str, Any]:
         rng = random.Random(f"{seed}:{index}")
@@ -118,9 +118,9 @@ def sequence_proposer(seed: int, trials: int, table: Any) -> Any:
 
 
 def run(args: argparse.Namespace, concurrency: int, table: Any, root: Path) -> dict[str, Any]:
-    from autoresearch.journal import Journal, replay
-    from autoresearch.loop import run_study
-    from autoresearch.study import parse_study
+    from autoresearch.journal.journal import Journal, replay
+    from autoresearch.loop.loop import run_study
+    from autoresearch.study.study import parse_study
 
     study = parse_study(sequence_study(args, concurrency, table))
     folder = root / study.name

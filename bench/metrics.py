@@ -21,7 +21,7 @@ def populate(client, runs: int, steps: int) -> list[str]:
     from mlflow.entities import Metric
 
     from air_skills.models import JobSpec
-    from air_skills.runtime.store import new_job_id
+    from air_skills.runtime.store.store import new_job_id
     from air_skills.status import JobStatus
 
     tracker = client.tracker

@@ -16,7 +16,7 @@ the real duration). Two arrival patterns: a burst
 
 The **classes** rows repeat durations per job class, as an agent's studies and sweeps do:
 CLASSES classes (one size and one typical duration each), every job its class's duration
-times 10% noise. Without estimates, with learned ones (runtime/estimates.py: the median of
+times 10% noise. Without estimates, with learned ones (runtime/store/estimates.py: the median of
 the class's finished jobs times a safety factor, and for a class with none yet a prior from
 the classes the pass reads, as the pass computes them), and with the exact durations (the
 oracle). "big wait" is the longest wait of an 8-GPU job: never starved.
@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 from _common import table, verdict
 
-from air_skills.runtime.estimates import RECENT, with_prior
-from air_skills.runtime.estimates import estimate as learned_estimate
-from air_skills.runtime.passes import queue_window
-from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
+from air_skills.runtime.scheduling.passes import queue_window
+from air_skills.runtime.scheduling.scheduler import Inventory, QueuedJob, RunningJob, schedule
+from air_skills.runtime.store.estimates import RECENT, with_prior
+from air_skills.runtime.store.estimates import estimate as learned_estimate
 
 GOAL = 1.10
 GPUS = 8

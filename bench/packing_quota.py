@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from _common import percentile, table
 
-from air_skills.runtime.scheduler import Inventory, QueuedJob, RunningJob, schedule
+from air_skills.runtime.scheduling.scheduler import Inventory, QueuedJob, RunningJob, schedule
 
 GPUS = 8
 QUOTAS = {"A": 4, "B": 4}

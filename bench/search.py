@@ -112,7 +112,7 @@ class Table:
 
 
 def study_for(budget: int, proposer: str) -> Any:
-    from autoresearch.study import parse_study
+    from autoresearch.study.study import parse_study
 
     return parse_study(
         {
@@ -132,7 +132,7 @@ def run_ours(
 ) -> tuple[list[float], int]:
     """Best-so-far regret after each trial, proposing one diff at a time from the history, and
     how many trials landed on a grid point already tried (wasted: the table gives the same)."""
-    from autoresearch.journal import Trial, TrialStatus
+    from autoresearch.journal.journal import Trial, TrialStatus
     from autoresearch.proposers import ProposalRequest, RandomProposer, TpeProposer, suggest
 
     study = study_for(budget, method)

@@ -84,7 +84,7 @@ def code_work(tree: Path, scratch: Path, repeat: int) -> dict[str, float | str]:
     """Medians of ``cp -r`` and of plan_code + materialize cold and warm, each repeat's three
     measured one after the other (the same conditions), with the ratios taken per repeat, and
     the copy paths that ran (cold/warm)."""
-    from air_skills.runtime.job_code import materialize, plan_code
+    from air_skills.runtime.code.job_code import materialize, plan_code
 
     runs: dict[str, list[float]] = {"cp": [], "cold": [], "warm": [], "cold/cp": [], "warm/cp": []}
     methods = ["?", "?"]

@@ -120,7 +120,7 @@ class AirMCPServer(MCPServer):
 
 def long_lived_client() -> Client:
     """The server's client: a long-lived launcher, whose launches claim spare MLflow runs
-    made ahead by the jobs' supervisors (runtime/spare_runs.py): no launch waits for MLflow."""
+    made ahead by the jobs' supervisors (runtime/runs/spare_runs.py): no launch waits for MLflow."""
     client = Client()
     client.runtime.keep_spares = True
     return client
@@ -208,7 +208,7 @@ def build_server(client: Client | None = None) -> AirMCPServer:
         description="The study schema: every key of a study file, with defaults and an example.",
     )
     def study_doc() -> str:
-        return load_prompt_file("study_schema.md", "see autoresearch/study_schema.py")
+        return load_prompt_file("study_schema.md", "see autoresearch/spec/study_schema.py")
 
     @server.prompt(
         name="agent_research",

@@ -10,8 +10,8 @@ from air_skills.errors import BackendUnavailable, InvalidInput, InvalidState
 
 if TYPE_CHECKING:
     from air_skills.models import JobInfo, JobSpec
-    from air_skills.runtime.prepare import LaunchContext
-    from air_skills.runtime.records import JobRecord
+    from air_skills.runtime.launch.prepare import LaunchContext
+    from air_skills.runtime.store.records import JobRecord
 
 
 class Backend(Protocol):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from air_skills.errors import InvalidInput
 from air_skills.models import JobSpec
-from air_skills.runtime import container
-from air_skills.runtime.container import ContainerJob
-from air_skills.runtime.prepare import LaunchContext, PreparedJob, discard_prepared
+from air_skills.runtime.containers import container
+from air_skills.runtime.containers.container import ContainerJob
+from air_skills.runtime.launch.prepare import LaunchContext, PreparedJob, discard_prepared
 
 
 def resolve_image(spec: JobSpec) -> tuple[JobSpec, ContainerJob | None]:

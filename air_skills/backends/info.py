@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from air_skills.models import CodeInfo, JobInfo, utc_from_ts
-from air_skills.runtime.records import JobRecord
+from air_skills.runtime.store.records import JobRecord
 from air_skills.status import PRIORITY_RANK, JobStatus
 
 _RANK_TO_NAME = {v: k for k, v in PRIORITY_RANK.items()}

@@ -12,11 +12,9 @@ from air_skills.errors import InsufficientGpus, NotFound
 from air_skills.gpu.providers import provider
 from air_skills.home import write_launch_env
 from air_skills.models import CodeInfo, JobInfo, JobSpec, JobStatus
-from air_skills.runtime import passes
-from air_skills.runtime.job_code import CodePlan, plan_code
-from air_skills.runtime.job_run import finish_unstarted
-from air_skills.runtime.launch_run import claim_run, give_back_run
-from air_skills.runtime.prepare import (
+from air_skills.runtime.code.job_code import CodePlan, plan_code
+from air_skills.runtime.launch.launch_run import claim_run, give_back_run
+from air_skills.runtime.launch.prepare import (
     LaunchContext,
     discard_prepared,
     disk_full_named,
@@ -25,7 +23,9 @@ from air_skills.runtime.prepare import (
     prepare_job,
     recording,
 )
-from air_skills.runtime.records import JobRecord
+from air_skills.runtime.runs.job_run import finish_unstarted
+from air_skills.runtime.scheduling import passes
+from air_skills.runtime.store.records import JobRecord
 from air_skills.tracking.mlflow import tracking_uri
 
 
@@ -58,7 +58,7 @@ class LocalBackend:
             experiment=spec.experiment,
             tags={**spec.tags, **image_tags(image)},
             code=code,
-            run_later=True,  # the supervisor completes (or makes) the run: runtime/job_run.py
+            run_later=True,  # the supervisor completes (or makes) the run: runtime/runs/job_run.py
         )
         try:
             attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))

@@ -1,6 +1,6 @@
 """`air` code-snapshot commands (rerun, diff, code export, gc), ``--patch`` and the code line.
 
-Thin layers over ``Client.rerun`` and ``Client.code`` (runtime/code_ops.py).
+Thin layers over ``Client.rerun`` and ``Client.code`` (runtime/code/code_ops.py).
 """
 
 from __future__ import annotations

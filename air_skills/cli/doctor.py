@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from air_skills.gpu.doctor import doctor_report
 from air_skills.gpu.providers import provider
-from air_skills.runtime import container
-from air_skills.runtime.orphans import sweep_orphans
-from air_skills.runtime.outcomes import max_infra_retries
+from air_skills.runtime.containers import container
+from air_skills.runtime.launch.orphans import sweep_orphans
+from air_skills.runtime.results.outcomes import max_infra_retries
 from air_skills.tracking.store_check import check_store
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 
 from air_skills.cli.output import JsonOpt, client, emit_json, handle_errors, out, plain, say
-from air_skills.runtime import container
+from air_skills.runtime.containers import container
 
 JOBS_SCANNED = 1000  # the most recent jobs whose images are matched
 

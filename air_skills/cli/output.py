@@ -44,7 +44,7 @@ def client() -> Any:
 
     client = Client()
     # A launch keeps MLflow out of this short-lived process: it claims a spare run, or its
-    # supervisor makes the run (runtime/launch_run.py).
+    # supervisor makes the run (runtime/launch/launch_run.py).
     client.runtime.make_runs_here = False
     return client
 

@@ -24,7 +24,7 @@ from air_skills.cli.output import (
     say,
     sparkline,
 )
-from air_skills.runtime.gang import filter_rank
+from air_skills.runtime.execution.gang import filter_rank
 
 
 @handle_errors
@@ -41,7 +41,7 @@ def logs(
         check_range("--rank", rank, 0)
     c = client()
     chunk = c.logs(job, tail=tail if rank is None else None)
-    if rank is not None:  # the ranks' lines are prefixed "[rankN]: " (runtime/gang.py)
+    if rank is not None:  # the ranks' lines are prefixed "[rankN]: " (runtime/execution/gang.py)
         lines = filter_rank(chunk.text, rank).splitlines(keepends=True)
         chunk = chunk.model_copy(update={"text": "".join(lines[-tail:] if tail else [])})
     if as_json and not follow:

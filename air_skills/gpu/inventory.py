@@ -9,7 +9,7 @@ from air_skills.gpu.providers import provider
 from air_skills.models import GpuInfo
 
 if TYPE_CHECKING:
-    from air_skills.runtime.records import JobRecord
+    from air_skills.runtime.store.records import JobRecord
 
 
 def gpu_table(cordons: Mapping[int, Any], running: Iterable[JobRecord]) -> list[GpuInfo]:

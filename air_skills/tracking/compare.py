@@ -9,7 +9,7 @@ from air_skills.errors import InvalidInput, UnknownMetric
 from air_skills.vocabulary import Direction, best
 
 if TYPE_CHECKING:
-    from air_skills.runtime.records import JobRecord
+    from air_skills.runtime.store.records import JobRecord
     from air_skills.tracking.mlflow import MlflowTracker
 
 NOT_SET = "not set (script default)"  # a key one job's config lacks: its script's default ran

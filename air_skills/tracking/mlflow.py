@@ -19,7 +19,7 @@ from air_skills.tracking.sqlite_store import ensure_store, sqlite_path
 
 DEFAULT_EXPERIMENT = "air-default"
 _CLIENT_LOCK = threading.Lock()  # one MLflow import and store check at a time
-SPARE_TAG = "air.spare"  # a run made ahead of its job (runtime/spare_runs.py), not yet given
+SPARE_TAG = "air.spare"  # a run made ahead of its job (runtime/runs/spare_runs.py), not yet given
 RUN_STATUS = {
     "SUCCEEDED": "FINISHED",
     "FAILED": "FAILED",
@@ -158,7 +158,7 @@ class MlflowTracker:
             ) from None
 
     def create_spare(self, experiment: str) -> tuple[str, str]:
-        """A RUNNING run made ahead of any job (runtime/spare_runs.py); (run_id, exp_id)."""
+        """A RUNNING run made ahead of any job (runtime/runs/spare_runs.py); (run_id, exp_id)."""
         exp_id = self.experiment_id(experiment)
         run = self.client.create_run(exp_id, tags={SPARE_TAG: "1"}, run_name="air-spare")
         return run.info.run_id, exp_id

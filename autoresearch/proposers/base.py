@@ -12,10 +12,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autoresearch.code_base import patch_digest
-from autoresearch.journal import Trial
-from autoresearch.space import check_diff, config_key
-from autoresearch.study_schema import Study
+from autoresearch.code.code_base import patch_digest
+from autoresearch.journal.journal import Trial
+from autoresearch.spec.space import check_diff, config_key
+from autoresearch.spec.study_schema import Study
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def check_proposal(
     if p.patch is not None or p.parent is not None:
         if request.code is None:
             return None, ["this study has no `code` section: propose config diffs only"]
-        from autoresearch.code_check import check_patch
+        from autoresearch.code.code_check import check_patch
 
         checked = check_patch(request.code, request.history(), p.patch, p.parent)
         if checked.problems:

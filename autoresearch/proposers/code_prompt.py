@@ -8,9 +8,9 @@ import re
 from typing import Any
 
 import prompts
-from autoresearch.code_check import chain_of
-from autoresearch.code_diff import summary_text, touched_lines
-from autoresearch.journal import Trial
+from autoresearch.code.code_check import chain_of
+from autoresearch.code.code_diff import summary_text, touched_lines
+from autoresearch.journal.journal import Trial
 
 OUTLINE = re.compile(r"^\s*(def |class |async def |@|[A-Z_][A-Z0-9_]* = )")
 AROUND = 6  # lines of context shown around a touched range

@@ -16,7 +16,6 @@ from typing import Any
 
 import prompts
 from air_skills.errors import ProposerError
-from autoresearch.pricing import ModelPrice, price_for
 from autoresearch.proposers.base import (
     Proposal,
     ProposalRequest,
@@ -35,9 +34,10 @@ from autoresearch.proposers.llm_wire import (
     load_sdk,
     make_client,
 )
+from autoresearch.proposers.pricing import ModelPrice, price_for
 from autoresearch.proposers.random_search import RandomProposer
 from autoresearch.proposers.tpe import TpeProposer
-from autoresearch.study_schema import LlmProposerConfig
+from autoresearch.spec.study_schema import LlmProposerConfig
 
 CHARS_PER_TOKEN = 3.5  # a conservative estimate for the pre-call budget check
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import prompts
 from air_skills.vocabulary import better
-from autoresearch.journal import Trial, TrialStatus
+from autoresearch.journal.journal import Trial, TrialStatus
 from autoresearch.proposers.base import ProposalRequest, short_json
 from autoresearch.proposers.code_prompt import code_section, patch_note
-from autoresearch.study_schema import FloatParam, IntParam, Study
+from autoresearch.spec.study_schema import FloatParam, IntParam, Study
 
 TOOL_NAME = "propose_trials"
 TOOL_DESCRIPTION = (

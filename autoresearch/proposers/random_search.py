@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from autoresearch.proposers.base import Proposal, ProposalRequest, ProposalResult, Proposer
-from autoresearch.space import clean_diff, config_key, sample_value
+from autoresearch.spec.space import clean_diff, config_key, sample_value
 
 MAX_DRAWS = 200
 

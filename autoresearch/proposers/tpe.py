@@ -11,11 +11,11 @@ import math
 import warnings
 from typing import Any
 
-from autoresearch.journal import Trial, TrialStatus
+from autoresearch.journal.journal import Trial, TrialStatus
 from autoresearch.proposers.base import Proposal, ProposalRequest, ProposalResult, Proposer
 from autoresearch.proposers.random_search import RandomProposer
-from autoresearch.space import clean_diff, config_key
-from autoresearch.study_schema import FloatParam, IntParam, Study
+from autoresearch.spec.space import clean_diff, config_key
+from autoresearch.spec.study_schema import FloatParam, IntParam, Study
 
 MAX_ASKS_PER_PROPOSAL = 8
 

@@ -15,7 +15,7 @@ from mcp_server.wording import mcp_wording
 FAILED_TAIL_LINES = 12
 FAILED_TAIL_CHARS = 1_000
 SHORT_ID = 12
-# autoresearch cancels a pruned trial's job with this reason (autoresearch/watch.py): the job
+# autoresearch cancels a pruned trial's job with this reason (autoresearch/loop/watch.py): the job
 # is CANCELLED in the store, and shown as PRUNED, as the study itself calls it.
 PRUNED_MARK = "pruned by the median rule"
 

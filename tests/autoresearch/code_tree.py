@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autoresearch.code_diff import unified_diff
+from autoresearch.code.code_diff import unified_diff
 from autoresearch.proposers import Proposal, ProposalRequest, ProposalResult, Proposer
 
 TRAIN = """\

@@ -11,8 +11,8 @@ from ar_helpers import small_study
 import autoresearch
 from air_skills.errors import InvalidInput, InvalidState, NotFound
 from autoresearch.api import get_study, start_study, suggest_trials
-from autoresearch.folder import LoopLock, loop_alive
-from autoresearch.journal import Journal
+from autoresearch.journal.journal import Journal
+from autoresearch.study.folder import LoopLock, loop_alive
 
 
 def test_public_names_are_locked() -> None:
@@ -50,7 +50,7 @@ def test_suggest_from_a_study_file(tmp_path: Path) -> None:
 
 def test_suggest_from_a_study_folder_uses_its_history(tmp_path: Path, llm_server) -> None:
     pytest.importorskip("anthropic")  # the [llm] extra
-    from autoresearch.study import parse_study
+    from autoresearch.study.study import parse_study
 
     study = parse_study(small_study(proposer={"type": "llm", "base_url": llm_server.anthropic_url}))
     j = Journal(tmp_path)
@@ -78,7 +78,7 @@ def test_get_study_of_nothing(tmp_path: Path) -> None:
 
 
 def test_get_study_says_interrupted_and_how_to_resume(tmp_path: Path) -> None:
-    from autoresearch.study import parse_study
+    from autoresearch.study.study import parse_study
 
     study = parse_study(small_study())
     j = Journal(tmp_path)

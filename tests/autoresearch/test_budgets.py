@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from ar_helpers import small_study
 
-from autoresearch import budgets
-from autoresearch.journal import StudyState, replay
-from autoresearch.study import parse_study
+from autoresearch.journal.journal import StudyState, replay
+from autoresearch.loop import budgets
+from autoresearch.study.study import parse_study
 
 T0 = 1000.0  # the session starts here; `now` in the cases is T0 + seconds
 

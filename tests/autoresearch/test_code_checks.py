@@ -9,12 +9,12 @@ import pytest
 from code_tree import MODEL, TRAIN, code_study, make_tree, patch_of, scale_patch
 
 from air_skills.errors import InvalidSpec
-from air_skills.runtime.patch import apply_patch
-from autoresearch.code_base import CodeBase
-from autoresearch.code_check import check_patch
-from autoresearch.code_diff import summarize, unified_diff
-from autoresearch.journal import Trial, TrialStatus
-from autoresearch.study import parse_study
+from air_skills.runtime.code.patch import apply_patch
+from autoresearch.code.code_base import CodeBase
+from autoresearch.code.code_check import check_patch
+from autoresearch.code.code_diff import summarize, unified_diff
+from autoresearch.journal.journal import Trial, TrialStatus
+from autoresearch.study.study import parse_study
 
 
 def problems_of(data: dict) -> list[str]:

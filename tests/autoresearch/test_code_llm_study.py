@@ -13,8 +13,8 @@ import yaml
 from ar_helpers import start_loop
 from code_tree import EVALUATE, MODEL, code_study, make_tree, patch_of, scale_patch
 
-from autoresearch.journal import Journal, StudyState, TrialStatus, replay
-from autoresearch.loop import run_study
+from autoresearch.journal.journal import Journal, StudyState, TrialStatus, replay
+from autoresearch.loop.loop import run_study
 
 POLL_S = 0.2
 

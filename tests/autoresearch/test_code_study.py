@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from code_tree import MODEL, TRAIN, PatchProposer, code_study, make_tree, patch_of, scale_patch
 
-from autoresearch.journal import Journal, TrialStatus, replay
-from autoresearch.loop import StudyLoop
-from autoresearch.study import check_runnable, parse_study
+from autoresearch.journal.journal import Journal, TrialStatus, replay
+from autoresearch.loop.loop import StudyLoop
+from autoresearch.study.study import check_runnable, parse_study
 
 POLL_S = 0.2
 
@@ -115,7 +115,7 @@ def test_an_evaluator_that_prints_no_objective_fails_the_trial(
 def test_export_commits_the_winner_on_a_new_branch(study_home: Path, tmp_path: Path) -> None:
     import subprocess
 
-    from autoresearch.export import CONFIG_FILE, export_study
+    from autoresearch.report.export import CONFIG_FILE, export_study
 
     tree = make_tree(tmp_path / "repo")
     git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -141,7 +141,7 @@ def test_get_study_gives_the_best_patch_and_mcp_serves_it(study_home: Path, tmp_
     from mcp import Client as McpClient
 
     from autoresearch.api import get_study
-    from autoresearch.summary import patch_uri
+    from autoresearch.report.summary import patch_uri
     from mcp_server.server import build_server
 
     tree = make_tree(tmp_path / "tree")

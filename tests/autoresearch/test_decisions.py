@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from ar_helpers import small_study
 
-from autoresearch import decisions
-from autoresearch.journal import TrialStatus
-from autoresearch.loop import StudyLoop, trial_command
-from autoresearch.study import parse_study
+from autoresearch.journal.journal import TrialStatus
+from autoresearch.loop import decisions
+from autoresearch.loop.loop import StudyLoop, trial_command
+from autoresearch.study.study import parse_study
 
 
 class CurveClient:

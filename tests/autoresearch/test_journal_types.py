@@ -16,11 +16,11 @@ import yaml
 from ar_helpers import small_study
 
 from autoresearch.api import get_study
-from autoresearch.journal import Journal, StudyState, TrialStatus, replay
-from autoresearch.journal_check import MAX_DEPTH
-from autoresearch.report import render_markdown
-from autoresearch.study import parse_study
-from autoresearch.summary import summarize
+from autoresearch.journal.journal import Journal, StudyState, TrialStatus, replay
+from autoresearch.journal.journal_check import MAX_DEPTH
+from autoresearch.report.report import render_markdown
+from autoresearch.report.summary import summarize
+from autoresearch.study.study import parse_study
 
 STUDY = parse_study(small_study(name="types", budget={"trials": 3, "concurrency": 1}))
 
@@ -185,7 +185,7 @@ def test_get_study_and_the_report_read_a_journal_of_every_hostile_line(tmp_path:
     assert warning.startswith(f"{len(HOSTILE)} line(s) of ")
     assert "line 5: 'event' must be a string, not 5" in warning
     assert f"and {len(HOSTILE) - 3} more" in warning
-    from autoresearch.report import load_state
+    from autoresearch.report.report import load_state
 
     study, st = load_state(folder)
     assert "| 0 |" in render_markdown(folder, study, st, "plot.png")

@@ -13,10 +13,10 @@ import pytest
 from ar_helpers import small_study
 
 from air_skills.errors import ProposerError
-from autoresearch.journal import Trial, TrialStatus
+from autoresearch.journal.journal import Trial, TrialStatus
 from autoresearch.proposers import ProposalRequest, suggest
 from autoresearch.proposers.llm import LLMProposer
-from autoresearch.study import Study, parse_study
+from autoresearch.study.study import Study, parse_study
 
 
 def llm_study(provider: str, url: str | None, **proposer: Any) -> Study:
@@ -262,8 +262,8 @@ ABSENT_SDK = """
 import json, sys
 sys.modules[{provider!r}] = None  # as if the [llm] extra were not installed: import fails
 from air_skills.errors import AirError
-from autoresearch.loop import StudyLoop
-from autoresearch.study import parse_study
+from autoresearch.loop.loop import StudyLoop
+from autoresearch.study.study import parse_study
 study = parse_study(json.loads({study!r}))
 try:
     StudyLoop(study, {folder!r}, client=object()).run()

@@ -22,10 +22,10 @@ from typer.testing import CliRunner
 
 from air_skills.errors import UnknownMetric
 from autoresearch.cli import app
-from autoresearch.journal import Journal, TrialStatus, replay
-from autoresearch.loop import StudyLoop, run_study
+from autoresearch.journal.journal import Journal, TrialStatus, replay
+from autoresearch.loop.loop import StudyLoop, run_study
 from autoresearch.proposers import Proposal, ProposalRequest, ProposalResult, Proposer
-from autoresearch.study import parse_study
+from autoresearch.study.study import parse_study
 
 POLL_S = 0.2
 

@@ -15,8 +15,8 @@ import yaml
 from ar_helpers import small_study, start_loop
 from helpers import wait_until
 
-from autoresearch.journal import Journal, TrialStatus, replay
-from autoresearch.loop import run_study
+from autoresearch.journal.journal import Journal, TrialStatus, replay
+from autoresearch.loop.loop import run_study
 
 POLL_S = 0.2
 

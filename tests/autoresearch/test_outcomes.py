@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from air_skills.models import JobInfo
-from autoresearch.journal import Trial, TrialStatus
-from autoresearch.outcomes import failure_reason, trial_outcome, wants_infra_retry
+from autoresearch.journal.journal import Trial, TrialStatus
+from autoresearch.loop.outcomes import failure_reason, trial_outcome, wants_infra_retry
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ import pytest
 from ar_helpers import small_study
 from llm_server import schema_following
 
-from autoresearch.journal import Trial, TrialStatus
+from autoresearch.journal.journal import Trial, TrialStatus
 from autoresearch.proposers import (
     ProposalRequest,
     Proposer,
@@ -18,8 +18,8 @@ from autoresearch.proposers import (
     suggest,
 )
 from autoresearch.proposers.llm import LLMProposer
-from autoresearch.space import check_diff, config_key
-from autoresearch.study import Study, parse_study
+from autoresearch.spec.space import check_diff, config_key
+from autoresearch.study.study import Study, parse_study
 
 SPACE = {
     "x": {"type": "float", "low": -1.0, "high": 1.0},

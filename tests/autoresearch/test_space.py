@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from ar_helpers import small_study
 
-from autoresearch.decisions import noise_stats
-from autoresearch.early_stopping import median_rule
-from autoresearch.journal import Journal, TrialStatus, replay
-from autoresearch.pricing import price_for
-from autoresearch.space import check_diff, config_key
-from autoresearch.study import parse_study
+from autoresearch.journal.journal import Journal, TrialStatus, replay
+from autoresearch.loop.decisions import noise_stats
+from autoresearch.loop.early_stopping import median_rule
+from autoresearch.proposers.pricing import price_for
+from autoresearch.spec.space import check_diff, config_key
+from autoresearch.study.study import parse_study
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from ar_helpers import small_study
 
 from air_skills.errors import InvalidSpec, NotFound
-from autoresearch.study import check_runnable, load_study, parse_study
+from autoresearch.study.study import check_runnable, load_study, parse_study
 
 
 def problems_of(data: dict) -> list[str]:
@@ -162,7 +162,7 @@ def test_check_runnable_finds_a_missing_script(tmp_path: Path) -> None:
 
 
 def test_backend_project_and_data_keys(tmp_path: Path) -> None:
-    from autoresearch.study import Study
+    from autoresearch.study.study import Study
 
     base = {
         "name": "s",

@@ -13,8 +13,8 @@ import yaml
 from ar_helpers import TRIAL_SCRIPT, small_study
 
 from air_skills.errors import InvalidSpec
-from autoresearch.journal import Journal, TrialStatus, replay
-from autoresearch.study import check_runnable, load_study, parse_study
+from autoresearch.journal.journal import Journal, TrialStatus, replay
+from autoresearch.study.study import check_runnable, load_study, parse_study
 
 REPO = Path(__file__).resolve().parents[2]
 

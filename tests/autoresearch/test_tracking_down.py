@@ -10,9 +10,9 @@ from ar_helpers import small_study
 from helpers import free_port
 
 from air_skills.errors import TrackingUnavailable
-from autoresearch.journal import Journal, TrialStatus, replay
-from autoresearch.loop import run_study
-from autoresearch.study import parse_study
+from autoresearch.journal.journal import Journal, TrialStatus, replay
+from autoresearch.loop.loop import run_study
+from autoresearch.study.study import parse_study
 
 
 def test_a_study_blames_tracking_not_the_metric_when_tracking_is_down(

@@ -18,9 +18,9 @@ from ar_helpers import small_study
 
 from air_skills.errors import InvalidSpec, InvalidState
 from autoresearch.api import get_study, start_study
-from autoresearch.journal import Journal, TrialStatus, replay
-from autoresearch.safe_read import MAX_STUDY_BYTES
-from autoresearch.study import dump_study, load_study, parse_study
+from autoresearch.journal.journal import Journal, TrialStatus, replay
+from autoresearch.spec.safe_read import MAX_STUDY_BYTES
+from autoresearch.study.study import dump_study, load_study, parse_study
 
 # 500 bytes that expand to 9**9 strings when a loader follows the aliases.
 ALIAS_BOMB = "\n".join(
@@ -150,7 +150,7 @@ def test_get_study_on_a_journal_that_is_a_fifo_is_a_clean_error(tmp_path: Path) 
 
 
 def test_stop_and_loop_files_that_are_fifos_are_ignored_not_waited_on(tmp_path: Path) -> None:
-    from autoresearch.folder import LOOP_FILE, STOP_FILE, read_loop_info, take_stop_request
+    from autoresearch.study.folder import LOOP_FILE, STOP_FILE, read_loop_info, take_stop_request
 
     os.mkfifo(tmp_path / STOP_FILE)
     os.mkfifo(tmp_path / LOOP_FILE)

@@ -56,7 +56,7 @@ def test_a_ray_job_gets_its_code_digest(ray_client: Any, tmp_path: Path) -> None
 
 
 def test_a_retry_whose_snapshot_is_gone_fails_clearly(ray_client: Any, tmp_path: Path) -> None:
-    from air_skills.runtime.snapshot import manifest_path
+    from air_skills.runtime.code.snapshot import manifest_path
 
     repo = make_repo(tmp_path / "repo")
     info = ray_client.launch(

@@ -16,7 +16,7 @@ from mcp import StdioServerParameters
 PY = sys.executable
 TRIAL = Path(__file__).resolve().parents[1] / "autoresearch" / "trial_script.py"
 BASE = {"x": 0.0, "y": 0.0, "steps": 3, "sleep_s": 0.05}
-PRUNED_REASON = "pruned by the median rule (trial 3)"  # as autoresearch/watch.py cancels one
+PRUNED_REASON = "pruned by the median rule (trial 3)"  # as autoresearch/loop/watch.py cancels one
 pytestmark = pytest.mark.anyio
 
 

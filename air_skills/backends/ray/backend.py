@@ -47,15 +47,15 @@ from air_skills.backends.ray.submit import submit
 from air_skills.errors import BackendUnavailable, InsufficientGpus, InvalidSpec
 from air_skills.models import STORED, JobInfo, JobSpec
 from air_skills.polling import backoff
-from air_skills.runtime.job_code import plan_code, ray_working_dir
-from air_skills.runtime.prepare import (
+from air_skills.runtime.code.job_code import plan_code, ray_working_dir
+from air_skills.runtime.launch.prepare import (
     LaunchContext,
     find_by_idempotency_key,
     job_name,
     prepare_job,
     recording,
 )
-from air_skills.runtime.records import JobRecord
+from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
 
 # How long `cancel` waits for Ray to report the job stopped (Ray: SIGTERM, SIGKILL after 3 s).

@@ -22,7 +22,8 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.backends.ray.gangs import NODE_DIED, NOT_JOINED, NOT_PLACED
-from air_skills.runtime import gang, proc
+from air_skills.runtime.execution import gang
+from air_skills.runtime.process import proc
 
 EXIT_NODE_DIED = 75  # EX_TEMPFAIL: the reconciler makes it infra by the NODE_DIED line
 EXIT_NOT_PLACED = 75

@@ -16,9 +16,10 @@ from air_skills.backends.ray.cluster import ClusterView, num
 from air_skills.backends.ray.packaging import entrypoint
 from air_skills.errors import InsufficientGpus
 from air_skills.models import JobSpec
-from air_skills.runtime import gang, nccl
-from air_skills.runtime.outcomes import InfraFailure
-from air_skills.runtime.summary_block import read_tail
+from air_skills.runtime.execution import gang
+from air_skills.runtime.results import nccl
+from air_skills.runtime.results.outcomes import InfraFailure
+from air_skills.runtime.results.summary_block import read_tail
 
 # Lines the gang's driver (gang_driver.py) writes to the log; read back by log_infra.
 NODE_DIED = "[air] node died:"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from air_skills.errors import InvalidInput
 from air_skills.models import JobSpec
-from air_skills.runtime import container
-from air_skills.runtime.container import ContainerJob
+from air_skills.runtime.containers import container
+from air_skills.runtime.containers.container import ContainerJob
 
 
 def resolve_ray_image(spec: JobSpec) -> tuple[JobSpec, ContainerJob | None, str]:

@@ -8,7 +8,7 @@ from typing import Any
 from air_skills.backends.ray.refs import job_lock, split_ref
 from air_skills.backends.ray.sdk import DEFAULT_ADDRESS, call, connect, env_address
 from air_skills.errors import BackendUnavailable
-from air_skills.runtime.records import JobRecord
+from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
 
 

@@ -19,15 +19,15 @@ from air_skills.backends.ray.settle import finish, finish_stopped, settle_gone
 from air_skills.backends.ray.submit import queued_message, submit
 from air_skills.errors import AirError
 from air_skills.models import STORED, JobSpec
-from air_skills.runtime.code_source import ray_working_dir_of
-from air_skills.runtime.outcomes import (
+from air_skills.runtime.code.code_source import ray_working_dir_of
+from air_skills.runtime.launch.prepare import LaunchContext
+from air_skills.runtime.results.outcomes import (
     AttemptEnd,
     InfraFailure,
     Outcome,
     classify,
 )
-from air_skills.runtime.prepare import LaunchContext
-from air_skills.runtime.records import JobRecord
+from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
 
 # A record whose submission is not visible on Ray yet is left alone this long.
@@ -190,7 +190,7 @@ def settle_terminal(rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, 
             f"CANCELLED: the Ray job {sid} was stopped outside AIR (`ray job stop` or the"
             f" dashboard); Ray: {ray_says or 'stopped'}",
         )
-    # FAILED: the shared exit -> retry policy (runtime/outcomes.py) decides what follows.
+    # FAILED: the shared exit -> retry policy (runtime/results/outcomes.py) decides what follows.
     if exit_code is None and error_type in ("", "JOB_ENTRYPOINT_COMMAND_ERROR"):
         m = re.search(r"exit code (-?\d+)", job.message or "")
         exit_code = int(m.group(1)) if m else None

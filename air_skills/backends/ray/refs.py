@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from air_skills.errors import NotFound
-from air_skills.runtime.records import JobRecord
-from air_skills.runtime.store import Store
+from air_skills.runtime.store.records import JobRecord
+from air_skills.runtime.store.store import Store
 
 
 def submission_id(job_id: str, idempotency_key: str | None, attempt: int = 1) -> str:

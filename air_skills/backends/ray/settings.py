@@ -11,8 +11,8 @@ from air_skills.backends.ray.backend import RayBackend
 from air_skills.backends.ray.cluster import cluster_view
 from air_skills.backends.ray.sdk import connect, env_address
 from air_skills.errors import AirError, InvalidInput, render_json, render_text
-from air_skills.runtime.prepare import LaunchContext
-from air_skills.runtime.store import Store
+from air_skills.runtime.launch.prepare import LaunchContext
+from air_skills.runtime.store.store import Store
 
 SETTINGS = ("backend", "ray_address", "ray_job_root", "ray_max_node_gpus")
 

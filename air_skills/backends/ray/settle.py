@@ -6,8 +6,8 @@ import contextlib
 from pathlib import Path
 
 from air_skills.backends.ray.sdk import short
-from air_skills.runtime.prepare import LaunchContext
-from air_skills.runtime.records import JobRecord
+from air_skills.runtime.launch.prepare import LaunchContext
+from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
 
 
@@ -74,7 +74,7 @@ def finish(
 
 
 def end_run(rt: LaunchContext, row: JobRecord, status: JobStatus, message: str) -> str:
-    from air_skills.runtime.summary_block import parse_summary, read_tail
+    from air_skills.runtime.results.summary_block import parse_summary, read_tail
 
     values, bad = parse_summary(read_tail(row.log_path))
     if bad:

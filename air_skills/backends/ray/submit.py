@@ -14,10 +14,10 @@ from air_skills.backends.ray.settle import finish
 from air_skills.errors import BackendUnavailable
 from air_skills.home import read_job_env
 from air_skills.models import JobSpec
-from air_skills.runtime import gang
-from air_skills.runtime.launch_env import thread_caps, user_env
-from air_skills.runtime.prepare import LaunchContext
-from air_skills.runtime.records import JobRecord
+from air_skills.runtime.execution import gang
+from air_skills.runtime.execution.launch_env import thread_caps, user_env
+from air_skills.runtime.launch.prepare import LaunchContext
+from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
 
 # The job folder on a cluster that is not this machine (config, checkpoints, data links).

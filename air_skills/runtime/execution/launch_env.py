@@ -1,0 +1,204 @@
+"""What a job's process receives: its argv, folder, environment (thread caps included) and log.
+
+Stdlib only: the supervisor, the local backend and the Ray entrypoint all build on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from air_skills import settings
+from air_skills.home import job_dir, read_job_env, read_launch_env
+from air_skills.runtime.containers import container
+from air_skills.runtime.execution import gang, rendezvous
+from air_skills.runtime.store.records import JobRecord
+
+# Set by the runtime for every job, never by a spec's ``env``: the GPUs a job may see, where its
+# MLflow run is, its rank in a gang. A spec that names one is overridden (AIR_* included).
+RESERVED_ENV = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "MLFLOW_RUN_ID",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_EXPERIMENT_ID",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+
+
+def is_reserved(name: str) -> bool:
+    """Whether a job's own ``env`` may not set ``name`` (see RESERVED_ENV)."""
+    return name in RESERVED_ENV or name.startswith("AIR_")
+
+
+def user_env(env: dict[str, str]) -> dict[str, str]:
+    """A spec's ``env`` without the reserved names: the runtime's values always win."""
+    return {k: v for k, v in env.items() if not is_reserved(k)}
+
+
+class JobFolderGone(OSError):
+    """The job's folder under AIR_HOME was removed before its command could start."""
+
+    def __init__(self, jdir: Path) -> None:
+        super().__init__(f"the job's folder {jdir} is gone (deleted while the job waited)")
+
+
+def thread_caps(cpus: int) -> dict[str, str]:
+    value = str(cpus)
+    names = (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "TORCH_NUM_THREADS",
+        "RAYON_NUM_THREADS",
+        "TF_NUM_INTRAOP_THREADS",
+        "TF_NUM_INTEROP_THREADS",
+    )
+    return {n: value for n in names}
+
+
+@dataclass(frozen=True)
+class CommandLaunch:
+    """How to start one attempt of a job's command: argv, folder, environment and log."""
+
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    log_path: str
+    banner: bytes = b""  # written to the log first (a later attempt says so)
+
+    def popen(self) -> subprocess.Popen[bytes]:
+        """Start it (argv, never a shell) in its own process group, output to the log."""
+        try:
+            log = open(self.log_path, "ab")
+        except FileNotFoundError:  # the folder went between command_launch and now
+            raise JobFolderGone(Path(self.log_path).parent) from None
+        try:
+            if self.banner:
+                log.write(self.banner)
+                log.flush()
+            return subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=_devnull(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+
+
+_DEVNULL: int | None = None
+
+
+def _devnull() -> int:
+    """/dev/null, opened once per process (every job's stdin)."""
+    global _DEVNULL
+    if _DEVNULL is None:
+        _DEVNULL = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    return _DEVNULL
+
+
+def command_launch(
+    home: Path, row: JobRecord, spec: dict[str, Any], gpus: list[int]
+) -> CommandLaunch:
+    """The launch of a started job's command, from its record: what the job receives."""
+    job_id = row.job_id
+    jdir = job_dir(home, job_id)
+    ckpt = jdir / "checkpoints"
+    try:
+        ckpt.mkdir(exist_ok=True)
+    except FileNotFoundError:
+        raise JobFolderGone(jdir) from None
+    # The environment of the process that launched the job, whoever starts it.
+    launched = read_launch_env(jdir)
+    env = launched if launched is not None else dict(os.environ)
+    for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
+        env.pop(key, None)
+    env.update(thread_caps(row.cpus or 1))
+    env.update(
+        {
+            "AIR_HOME": os.fspath(home),
+            "AIR_JOB_ID": job_id,
+            "AIR_CONFIG_FILE": os.fspath(jdir / "config.json"),
+            "AIR_CHECKPOINT_DIR": os.fspath(ckpt),
+            "AIR_DATA_DIR": os.fspath(jdir / "data"),
+            "AIR_ATTEMPT": str(row.attempts),
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+            # CUDA numbers GPUs fastest-first by default; NVML (and our indices) by PCI bus.
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    if row.run_id:
+        from air_skills.tracking.mlflow import tracking_uri
+
+        # Where the launching process created the run.
+        env["MLFLOW_TRACKING_URI"] = (launched or {}).get("MLFLOW_TRACKING_URI") or (
+            tracking_uri(home)
+        )
+        env["MLFLOW_RUN_ID"] = row.run_id
+        env["MLFLOW_EXPERIMENT_ID"] = row.experiment_id or ""
+    # The values travel in the job's folder, owner-only (the store keeps only the names).
+    own = read_job_env(jdir)
+    env.update(user_env(own if own is not None else spec.get("env") or {}))
+    # A snapshot job runs in its own view of the code (job_code.materialize wrote code.json).
+    cwd = spec.get("workdir") or None
+    # Only a snapshot job has code.json (and only an image job a container record): a read
+    # less on the way to the command's start for the others.
+    view = _code_view(jdir) if spec.get("code") != "live" else None
+    if view is not None:
+        cwd, env["AIR_CODE_DIGEST"] = view
+    banner = b""
+    if row.attempts > 1:
+        banner = f"[air] attempt {row.attempts} on GPUs {gpus}\n".encode()
+    argv = list(spec["command"])
+    image = container.load(jdir) if spec.get("image") else None
+    procs = gang.procs_of(spec, len(gpus))
+    if procs > 1:  # a gang: torchrun runs one rank per process, each with its share of CPUs
+        env.update(thread_caps(max(1, (row.cpus or 1) // procs)))
+        env.update(gang.gang_env())
+        grace = settings.get("AIR_GRACE_S")
+        if image is None:  # each rank notes its arrival at init_process_group (rendezvous.py)
+            argv = rendezvous.boot_command(argv, rendezvous.join_dir(jdir, row.attempts))
+        argv = gang.torchrun_argv(
+            argv,
+            procs,
+            gang.rank_log_dir(jdir),
+            grace_s=grace,
+            rendezvous_s=rendezvous.timeout_s(launched),
+        )
+    if image is not None:  # the engine runs it: the contract's names pass into the container
+        passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]
+        passed += [*gang.gang_env(), "CUDA_DEVICE_ORDER"]
+        argv = container.job_argv(
+            image, job_id, argv, jdir=jdir, cwd=cwd, env=env, gpus=gpus, passed=passed
+        )
+        cwd = os.fspath(jdir)
+    return CommandLaunch(argv, cwd, env, row.log_path, banner)
+
+
+def _code_view(jdir: Path) -> tuple[str, str] | None:
+    """(cwd inside the job's code view, snapshot digest); None for a ``code: live`` job."""
+    try:
+        record = json.loads((jdir / "code.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    view = Path(record["view"])
+    return os.fspath(view / record["cwd"] if record["cwd"] else view), record["digest"]

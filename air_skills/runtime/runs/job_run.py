@@ -1,0 +1,214 @@
+"""A job's MLflow run on the supervisor's side: made or completed where MLflow is loaded.
+
+A launch that keeps MLflow out of its process (the CLI) writes the run's plan in the job's
+folder (``run_plan.json``: tracking URI, experiment, name, tags, dirty diff) and either
+claims a spare run (runtime/runs/spare_runs.py), creates a bare one over REST (a tracking server),
+or leaves the run to be made here (sqlite, no spare). Then the supervisor:
+- with a run id: ``RunWork`` gives the run its name, tags, params and data inputs in a
+  thread while the job runs (the job logs into it from its first metric meanwhile);
+- without one (pending): ``make_pending_run`` creates it before the command starts, so the
+  job knows its run id from its first instruction; only this job waits for MLflow.
+Either way the plan is removed once applied, and the thread then tops up the spare runs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from air_skills.home import job_dir, read_launch_env
+from air_skills.runtime.store.records import JobRecord
+from air_skills.runtime.store.store import Store
+
+PLAN = "run_plan.json"  # in the job's folder until the supervisor has applied it
+# The MLflow work waits this long after the command's start: on a small machine it would
+# otherwise slow the job's own start, and the job's first metrics need none of it.
+START_DELAY_S = 0.05
+PENDING_NOTE = "MLflow run: made by the job's supervisor before the command starts"
+
+
+def write_plan(jdir: Path, plan: dict[str, Any]) -> None:
+    (jdir / PLAN).write_text(json.dumps(plan, separators=(",", ":")))
+
+
+def read_plan(jdir: Path) -> dict[str, Any] | None:
+    try:
+        plan = json.loads((jdir / PLAN).read_text())
+    except (OSError, ValueError):
+        return None
+    return plan if isinstance(plan, dict) else None
+
+
+def drop_plan(jdir: Path) -> None:
+    (jdir / PLAN).unlink(missing_ok=True)
+
+
+def is_pending(home: Path, row: JobRecord) -> bool:
+    """Whether the job's run is still to be made by its supervisor (before its command)."""
+    return not row.run_id and (job_dir(home, row.job_id) / PLAN).exists()
+
+
+def job_uri(home: Path, jdir: Path, plan: dict[str, Any] | None = None) -> str:
+    """The tracking URI the job was launched with (not this process's, which may differ)."""
+    if plan and plan.get("uri"):
+        return str(plan["uri"])
+    launched = read_launch_env(jdir) or {}
+    from air_skills.tracking.mlflow import tracking_uri
+
+    return launched.get("MLFLOW_TRACKING_URI") or tracking_uri(home)
+
+
+def _tracker(home: Path, jdir: Path, plan: dict[str, Any] | None) -> Any:
+    from air_skills.tracking.mlflow import MlflowTracker
+
+    return MlflowTracker(home, job_uri(home, jdir, plan))
+
+
+def _run_tags(row: JobRecord, plan: dict[str, Any]) -> dict[str, str]:
+    return {
+        **(plan.get("tags") or {}),
+        "air.job_id": row.job_id,
+        "air.attempt": str(max(1, row.attempts or 1)),
+    }
+
+
+def _config(jdir: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((jdir / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _log_extras(tracker: Any, run_id: str, row: JobRecord, plan: dict[str, Any]) -> None:
+    """The run's data inputs and dirty diff (both best effort, as at launch before)."""
+    data = row.spec_dict().get("data") or []
+    if data:
+        from air_skills.tracking.data import log_inputs
+
+        log_inputs(tracker, run_id, data)
+    if plan.get("diff"):
+        from air_skills.runtime.code.job_code import DIFF_ARTIFACT
+
+        tracker.log_text(run_id, plan["diff"], DIFF_ARTIFACT)
+
+
+def create_from_plan(home: Path, row: JobRecord, plan: dict[str, Any]) -> tuple[str, str]:
+    """Create the job's run as its plan says; (run_id, experiment_id). May raise."""
+    jdir = job_dir(home, row.job_id)
+    tracker = _tracker(home, jdir, plan)
+    run_id, exp_id = tracker.create_run(
+        job_id=row.job_id,
+        name=plan.get("name") or row.name,
+        experiment=plan.get("experiment"),
+        config=_config(jdir),
+        tags={**(plan.get("tags") or {}), "air.attempt": str(max(1, row.attempts or 1))},
+    )
+    try:
+        _log_extras(tracker, run_id, row, plan)
+    except Exception:
+        pass  # the run exists and the job logs into it: inputs and diff are extras
+    return run_id, exp_id
+
+
+def make_pending_run(store: Store, row: JobRecord) -> JobRecord:
+    """Create the run of a pending job before its command starts; the job's fresh record.
+
+    Tracking down: the job runs without a run (its note says why), as a launch would have
+    left it; end_run tries once more at the job's end.
+    """
+    jdir = job_dir(store.home, row.job_id)
+    plan = read_plan(jdir)
+    if plan is None or row.run_id:
+        return row
+    try:
+        run_id, exp_id = create_from_plan(store.home, row, plan)
+    except Exception as exc:
+        message = getattr(exc, "message", None) or str(exc)[:200]
+        store.set_tracking_note(row.job_id, f"tracking unavailable: {message}")
+        return store.row(row.job_id) or row
+    store.set_tracking(row.job_id, run_id, exp_id)
+    drop_plan(jdir)
+    return store.row(row.job_id) or row
+
+
+def finish_unstarted(home: Path, row: JobRecord, status: str) -> None:
+    """End the run of a job that never started (cancelled while queued), completed from its
+    plan first when it was made ahead. Raises when tracking is unavailable."""
+    jdir = job_dir(home, row.job_id)
+    plan = read_plan(jdir)
+    tracker = _tracker(home, jdir, plan)
+    if plan is not None:
+        tracker.fill_run(
+            row.run_id,
+            name=plan.get("name") or row.name,
+            config=_config(jdir),
+            tags=_run_tags(row, plan),
+        )
+        drop_plan(jdir)
+    tracker.finish_run(row.run_id, status, {})
+
+
+class RunWork:
+    """The MLflow work beside a running job, in one thread: import MLflow (so ending the run
+    at exit takes milliseconds), complete a run made ahead from the plan, tag the attempt;
+    ``ready`` is set then, and the spare runs are topped up after it."""
+
+    def __init__(self, home: Path, row: JobRecord) -> None:
+        self.home = home
+        self.row = row
+        self.ready = threading.Event()
+        self._thread = threading.Thread(target=self._work, daemon=True)
+
+    def start(self) -> RunWork:
+        self._thread.start()
+        return self
+
+    def join(self, timeout_s: float | None = None) -> None:
+        self._thread.join(timeout_s)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _work(self) -> None:
+        tracker = None
+        time.sleep(START_DELAY_S)  # the command's own start first: it has the CPU to itself
+        try:
+            jdir = job_dir(self.home, self.row.job_id)
+            plan = read_plan(jdir)
+            tracker = _tracker(self.home, jdir, plan)
+            run_id = self.row.run_id
+            if plan is not None:
+                tracker.fill_run(
+                    run_id,
+                    name=plan.get("name") or self.row.name,
+                    config=_config(jdir),
+                    tags=_run_tags(self.row, plan),
+                )
+                drop_plan(jdir)
+                _log_extras(tracker, run_id, self.row, plan)
+            else:
+                tracker.set_attempt(run_id, self.row.attempts)
+        except Exception:
+            pass
+        finally:
+            self.ready.set()
+        if tracker is not None:
+            keep_spares(self.home, tracker)
+
+
+def keep_spares(home: Path, tracker: Any) -> None:
+    """Top up the spare runs of ``tracker``'s URI, from a store of this thread's own."""
+    from air_skills.runtime.runs.spare_runs import top_up
+
+    try:
+        store = Store(home)
+    except Exception:
+        return
+    try:
+        top_up(store, tracker)
+    finally:
+        store.close()

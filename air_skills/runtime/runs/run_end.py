@@ -1,0 +1,80 @@
+"""A job's MLflow run at the end of an attempt: ended with the job's status and summary."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from air_skills.home import job_dir
+from air_skills.runtime.results.outcomes import Outcome
+from air_skills.runtime.results.summary_block import parse_summary, read_tail
+from air_skills.runtime.runs.job_run import create_from_plan, drop_plan, job_uri, read_plan
+from air_skills.runtime.store.records import JobRecord
+from air_skills.runtime.store.store import Store
+from air_skills.status import JobStatus
+
+
+def end_run(
+    store: Store,
+    row: JobRecord,
+    spec: dict[str, Any],
+    status: JobStatus,
+    message: str,
+    mlflow_ready: threading.Event | None,
+) -> str:
+    """End the MLflow run (with the summary block's values); returns the message to keep.
+
+    ``mlflow_ready``: set when this process's MLflow warm-up (job_run.RunWork) is done.
+    """
+    values, bad = parse_summary(read_tail(row.log_path))
+    if bad:
+        message += f" (summary values not numeric, ignored: {', '.join(bad[:5])})"
+    run_id = row.run_id
+    if not run_id and not spec.get("track", True):
+        return message
+    if mlflow_ready is not None:
+        # Importing MLflow from two threads at once breaks it: let the warm-up finish.
+        mlflow_ready.wait(timeout=60)
+    try:
+        from air_skills.tracking.mlflow import MlflowTracker
+
+        jdir = job_dir(store.home, row.job_id)
+        plan = read_plan(jdir)
+        if not run_id:
+            # Tracking was down at launch (or when the job started): create the run now.
+            plan = plan or {
+                "name": row.name,
+                "experiment": spec.get("experiment"),
+                "tags": spec.get("tags") or {},
+            }
+            run_id, exp_id = create_from_plan(store.home, row, plan)
+            store.set_tracking(row.job_id, run_id, exp_id)
+            drop_plan(jdir)
+        MlflowTracker(store.home, job_uri(store.home, jdir, plan)).finish_run(
+            run_id, status.value, values
+        )
+    except Exception as exc:
+        message += f" (MLflow run not ended: {str(exc)[:120]})"
+    return message
+
+
+def record_without_supervisor(store: Store, row: JobRecord, outcome: Outcome) -> bool:
+    """Record the outcome of a RUNNING job that no supervisor will settle (it died, or the
+    command could not be started), and end its MLflow run when the job ends.
+
+    Only if the job is still RUNNING: of two processes that settle it, one writes. Returns
+    whether this one did.
+    """
+    job_id = row.job_id
+    with store.tx() as c:
+        current = store.row_in(c, job_id)
+        if current is None or current.status != "RUNNING":
+            return False
+        store.record_outcome(job_id, outcome, c=c)
+    if outcome.action == "finish" and outcome.status is not None:
+        # After the commit: the GPUs are free at once; the run's end is best effort.
+        spec = current.spec_dict()
+        note = end_run(store, current, spec, outcome.status, "", None)
+        if note:
+            store.append_message(job_id, note)
+    return True

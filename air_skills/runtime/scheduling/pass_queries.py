@@ -1,0 +1,95 @@
+"""The scheduling pass's reads and writes, inside its transaction: the SQL the pass needs."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from air_skills.runtime.store.records import JOB_COLUMNS, JobRecord
+
+# Columns a pass reads: no spec JSON parsed in Python, only what the scheduler needs.
+PASS_COLUMNS = (
+    "job_id, seq, gpus_requested, priority, preemptible, created_at, started_at, project,"
+    " borrowing, stop_request, gpus, message, supervisor_pid, supervisor_start, job_class,"
+    " json_extract(spec, '$.timeout_min') AS timeout_min, json_extract(spec, '$.cpus') AS want_cpus"
+)
+
+
+def quotas(c: sqlite3.Connection) -> dict[str, int]:
+    """{project: GPUs} for the projects with a quota."""
+    return {r["project"]: r["gpus"] for r in c.execute("SELECT * FROM quotas")}
+
+
+def running(c: sqlite3.Connection) -> list[sqlite3.Row]:
+    """The local backend's RUNNING jobs."""
+    return c.execute(
+        f"SELECT {PASS_COLUMNS} FROM jobs WHERE status='RUNNING' AND backend='local'"
+    ).fetchall()
+
+
+def queued_job(c: sqlite3.Connection, job_id: str) -> list[sqlite3.Row]:
+    """The job, if it is QUEUED (no row otherwise)."""
+    return c.execute(
+        f"SELECT {PASS_COLUMNS} FROM jobs WHERE job_id=? AND status='QUEUED'", (job_id,)
+    ).fetchall()
+
+
+def queued(c: sqlite3.Connection, window: int | None) -> list[sqlite3.Row]:
+    """The queue, or (``window``) its head by priority then age, plus the head of CPU jobs."""
+    if window is None:
+        return c.execute(
+            f"SELECT {PASS_COLUMNS} FROM jobs WHERE status='QUEUED' AND backend='local'"
+            " ORDER BY seq"
+        ).fetchall()
+    head = c.execute(
+        f"SELECT {PASS_COLUMNS} FROM jobs INDEXED BY jobs_queue"
+        " WHERE status='QUEUED' AND backend='local' ORDER BY priority DESC, seq LIMIT ?",
+        (window,),
+    ).fetchall()
+    if len(head) == window:
+        # CPU jobs deeper in the queue still get free CPU slots (they never wait for GPUs).
+        seen = {r["seq"] for r in head}
+        cpu = c.execute(
+            f"SELECT {PASS_COLUMNS} FROM jobs INDEXED BY jobs_queue_cpu WHERE status='QUEUED'"
+            " AND gpus_requested=0 AND backend='local' ORDER BY priority DESC, seq LIMIT ?",
+            (window,),
+        ).fetchall()
+        head += [r for r in cpu if r["seq"] not in seen]
+    return sorted(head, key=lambda r: r["seq"])
+
+
+def cpu_job_queued(c: sqlite3.Connection) -> bool:
+    """Whether any CPU-only job of the local backend is QUEUED."""
+    return bool(
+        c.execute(
+            "SELECT 1 FROM jobs INDEXED BY jobs_queue_cpu WHERE status='QUEUED'"
+            " AND gpus_requested=0 AND backend='local' ORDER BY priority DESC, seq LIMIT 1"
+        ).fetchone()
+    )
+
+
+def set_borrowing(c: sqlite3.Connection, job_id: str, borrowing: bool) -> None:
+    """Relabel a RUNNING job as borrowing idle GPUs beyond its project's quota, or not."""
+    c.execute(
+        "UPDATE jobs SET borrowing=? WHERE job_id=? AND status='RUNNING'",
+        (int(borrowing), job_id),
+    )
+
+
+def set_waiting_reason(c: sqlite3.Connection, job_id: str, message: str) -> None:
+    """Write a QUEUED job's message (why it waits)."""
+    c.execute("UPDATE jobs SET message=? WHERE job_id=? AND status='QUEUED'", (message, job_id))
+
+
+def given_job(
+    read: Callable[[str, tuple[Any, ...]], list[sqlite3.Row]], pid: int
+) -> JobRecord | None:
+    """The RUNNING job that a pass gave to the idle supervisor ``pid`` (its command not yet
+    started), read through ``read`` (Store.read); None if none."""
+    rows = read(
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE status='RUNNING' AND backend='local'"
+        " AND supervisor_pid=? AND job_pid IS NULL ORDER BY seq LIMIT 1",
+        (pid,),
+    )
+    return JobRecord(*rows[0]) if rows else None

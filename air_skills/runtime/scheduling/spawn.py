@@ -1,0 +1,110 @@
+"""Starting a job's supervisor: detached (double fork), its command started first when it can."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from air_skills.gpu.providers import provider
+from air_skills.home import job_dir
+from air_skills.runtime.execution.launch_env import command_launch
+from air_skills.runtime.process import proc
+from air_skills.runtime.process.signals import POKE_SIGNAL, wait_exit
+from air_skills.runtime.runs import job_run
+from air_skills.runtime.store.records import JobRecord
+
+# A command started before its supervisor gets this long (or until it exits) before the
+# supervisor's interpreter boots beside it: on a small machine the boot would slow the job's
+# own start, which is what a user waits for. Cancel, timeout and exit are handled after it.
+SUPERVISOR_DEFER_S = 0.05
+
+
+def prestart_launch(home: Path, row: JobRecord) -> Any:
+    """How to start the job's command at once, before its supervisor boots; None if it must wait.
+
+    The supervisor runs the preflight itself when there is anything to look at: a deep
+    (torch) check asked for, or the quick check finding a fault or a problem with the check.
+    It also makes the job's MLflow run first when the launch left that to it (job_run.py).
+    """
+    if job_run.is_pending(home, row):
+        return None
+    spec = row.spec_dict()
+    gpus = row.gpu_list()
+    # A retry after an infra failure may owe a deep check (runtime/results/nccl.py): the
+    # supervisor's.
+    retry = row.failure_kind == "infra"
+    if gpus and (spec.get("deep_preflight") or retry or provider().faults(gpus)):
+        return None
+    return command_launch(home, row, spec, gpus)
+
+
+def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, int] | None:
+    """Start the job's supervisor in its own session, detached (double fork: no zombie).
+
+    With ``launch`` (a launch_env.CommandLaunch), the forked child starts the command first,
+    a C-level fork/exec, and only then becomes the supervisor (exec keeps the pid, so the
+    command stays its child): the job does not wait for a Python interpreter to boot.
+    Returns (supervisor pid, command pid or 0 if it could not start) in that case.
+    """
+    err_path = os.fspath(job_dir(home, job_id) / "supervisor.log")
+    argv = [sys.executable, "-m", "air_skills.runtime.supervision.supervisor", job_id]
+    env = {**os.environ, "AIR_HOME": os.fspath(home)}
+    read_end, write_end = os.pipe() if launch is not None else (-1, -1)
+    pid = os.fork()
+    if pid == 0:  # child: no return from here, whatever happens
+        try:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            # This is still a copy of the spawning process: its Python signal handlers are not
+            # for here (until exec, which resets them; the command starts with defaults too).
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
+            # Before the command starts: whatever it leaves behind (setsid) comes back to us.
+            proc.become_subreaper()
+            if launch is not None:
+                os.close(read_end)
+                job_pid = 0
+                try:
+                    # Keep the Popen object alive until exec: collected, it would reap a
+                    # command that has already exited, and the supervisor would lose its status.
+                    started = launch.popen()
+                    job_pid = started.pid
+                    argv += ["--job-pid", str(job_pid)]
+                except Exception as exc:  # recorded by the supervisor, as when it starts it
+                    argv += ["--start-error", f"{type(exc).__name__}:{exc}"]
+            # Pokes before the supervisor's handler is set are ignored, not fatal: it reads
+            # its stop request when it starts watching (ignored signals survive exec).
+            signal.signal(POKE_SIGNAL, signal.SIG_IGN)
+            if launch is not None:
+                os.write(write_end, f"{os.getpid()} {job_pid}\n".encode())
+                os.close(write_end)
+                if job_pid:
+                    wait_exit(job_pid, SUPERVISOR_DEFER_S)
+            null = os.open(os.devnull, os.O_RDWR)
+            try:
+                err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError:  # the job's folder is gone: the supervisor still records why
+                err = null
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(err, 2)
+            os.execve(sys.executable, argv, env)
+        finally:
+            os._exit(127)
+    os.waitpid(pid, 0)
+    if launch is None:
+        return None
+    os.close(write_end)
+    data = b""
+    while chunk := os.read(read_end, 64):
+        data += chunk
+    os.close(read_end)
+    try:
+        sup, job = (int(x) for x in data.split())
+    except ValueError:  # the child died before it could say: reconcile settles the record
+        return None
+    return sup, job

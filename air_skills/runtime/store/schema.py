@@ -1,0 +1,140 @@
+"""The state database's tables and indexes, and the migration of an older AIR_HOME to them."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT UNIQUE NOT NULL,
+    name TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL,
+    failure_kind TEXT,
+    exit_code INTEGER,
+    signal TEXT,
+    message TEXT NOT NULL DEFAULT '',
+    gpus TEXT NOT NULL DEFAULT '[]',
+    cpus INTEGER,
+    priority INTEGER NOT NULL,
+    preemptible INTEGER NOT NULL DEFAULT 0,
+    gpus_requested INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    user_retries INTEGER NOT NULL DEFAULT 0,
+    infra_retries INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    queued_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    run_id TEXT,
+    experiment_id TEXT,
+    log_path TEXT,
+    backend TEXT NOT NULL DEFAULT 'local',
+    backend_ref TEXT,
+    project TEXT NOT NULL DEFAULT 'default',
+    borrowing INTEGER NOT NULL DEFAULT 0,
+    idempotency_key TEXT UNIQUE,
+    supervisor_pid INTEGER,
+    supervisor_start TEXT,
+    job_pid INTEGER,
+    job_start TEXT,
+    stop_request TEXT,
+    stop_reason TEXT,
+    tracking_note TEXT,
+    code TEXT,
+    job_class TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
+-- The scheduling pass reads the head of the queue in this order (a window, not all of it).
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(priority DESC, seq) WHERE status='QUEUED';
+CREATE INDEX IF NOT EXISTS jobs_queue_cpu ON jobs(priority DESC, seq)
+    WHERE status='QUEUED' AND gpus_requested=0;
+-- Learned run-time estimates (runtime/store/estimates.py) read a class's latest successes.
+CREATE INDEX IF NOT EXISTS jobs_class_done ON jobs(job_class, ended_at DESC)
+    WHERE status='SUCCEEDED';
+CREATE TABLE IF NOT EXISTS gpus (
+    idx INTEGER PRIMARY KEY,
+    cordoned INTEGER NOT NULL DEFAULT 0,
+    reason TEXT,
+    cordoned_at REAL,
+    health TEXT NOT NULL DEFAULT 'ok'
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
+CREATE TABLE IF NOT EXISTS quotas (
+    project TEXT PRIMARY KEY,
+    gpus INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idle_supervisors (
+    pid INTEGER PRIMARY KEY,
+    start TEXT NOT NULL,
+    since REAL NOT NULL
+);
+-- MLflow runs made ahead of time (runs/spare_runs.py): a launch claims one, no MLflow needed.
+CREATE TABLE IF NOT EXISTS spare_runs (
+    run_id TEXT PRIMARY KEY,
+    uri TEXT NOT NULL,
+    experiment TEXT NOT NULL,
+    experiment_id TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS spare_runs_pool ON spare_runs(uri, experiment);
+-- The (tracking URI, experiment) pools that launches asked spares of, and when last.
+CREATE TABLE IF NOT EXISTS spare_pools (
+    uri TEXT NOT NULL,
+    experiment TEXT NOT NULL,
+    wanted_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS spare_pools_key ON spare_pools(uri, experiment);
+"""
+
+
+SCHEMA_VERSION = 7  # raise it with every schema change: older homes gain the new columns
+
+
+def _schema_columns() -> dict[str, dict[str, str]]:
+    """{table: {column: declaration}} as SCHEMA declares them."""
+    tables: dict[str, dict[str, str]] = {}
+    for block in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", SCHEMA, re.S):
+        name, body = block
+        cols = {}
+        for line in body.strip().splitlines():
+            col, _, decl = line.strip().rstrip(",").partition(" ")
+            # A column added later cannot be PRIMARY KEY/UNIQUE in SQLite: keep the type.
+            cols[col] = decl.replace("PRIMARY KEY AUTOINCREMENT", "").replace("UNIQUE", "")
+        tables[name] = cols
+    return tables
+
+
+def migrate(c: sqlite3.Connection) -> None:
+    """Create the tables, and add the columns that an older AIR_HOME lacks (inside ``c``'s
+    transaction; nothing to do when another process migrated first)."""
+    if c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+        return
+    statements = [s for s in SCHEMA.split(";") if s.strip()]
+    # Tables first, then the columns an older home lacks, then the indexes (which may use them).
+    is_index = ["CREATE INDEX" in s for s in statements]
+    for statement, index in zip(statements, is_index, strict=True):
+        if not index:
+            c.execute(statement)
+    for table, columns in _schema_columns().items():
+        have = {r["name"] for r in c.execute(f"PRAGMA table_info({table})")}
+        for name, decl in columns.items():
+            if name not in have:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+    for statement, index in zip(statements, is_index, strict=True):
+        if index:
+            c.execute(statement)
+    c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -1,0 +1,461 @@
+"""The supervisor: one small process per started job, in its own session.
+
+It runs the GPU preflight, starts the command (argv, never a shell) in its own process group
+with the job's environment, sends its output to the job's log, enforces the timeout, forwards
+cancel and preemption (SIGTERM, then SIGKILL after a grace period), watches GPU health,
+records the exit, ends the MLflow run, and runs a scheduling pass so queued jobs start at once.
+
+Run as ``python -m air_skills.runtime.supervision.supervisor JOB_ID`` with AIR_HOME set; with
+``--job-pid PID`` when the spawner already started the command (then it is this process's
+child: the spawner's child started it and became this process by exec), or
+``--start-error TEXT`` when that start failed. When its job ends, the supervisor records
+the end and runs a scheduling pass in one transaction, and supervises the first job that
+the pass starts itself, so a stream of short jobs costs no interpreter boot per job. With
+none to run, it waits up to AIR_SUPERVISOR_LINGER_S as an idle supervisor: a pass that starts
+a job hands it over (POKE_SIGNAL), and the job starts without a process being created.
+A job runs in the environment it was launched from (its folder's env.json), whoever starts it.
+Waiting is runtime/supervision/idle.py's; what an exit means, outcomes.py's; the GPU checks,
+gpu_checks.py's; the MLflow run (made or completed beside the job), job_run.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from air_skills import settings
+from air_skills.gpu.providers import GpuFault, provider
+from air_skills.home import job_dir
+from air_skills.runtime.containers import container
+from air_skills.runtime.execution import gang
+from air_skills.runtime.execution.launch_env import command_launch
+from air_skills.runtime.execution.rendezvous import describe_late, late_outcome, watch_joins
+from air_skills.runtime.process import proc, signals
+from air_skills.runtime.process.signals import POKE_SIGNAL, StartedChild
+from air_skills.runtime.results.outcomes import (
+    AttemptEnd,
+    InfraFailure,
+    Outcome,
+    classify,
+    start_failed,
+)
+from air_skills.runtime.runs import job_run
+from air_skills.runtime.runs.job_run import RunWork
+from air_skills.runtime.runs.run_end import end_run
+from air_skills.runtime.scheduling import passes
+from air_skills.runtime.scheduling.spawn import prestart_launch
+from air_skills.runtime.store.records import JobRecord
+from air_skills.runtime.store.store import Store
+from air_skills.runtime.supervision import gpu_checks
+from air_skills.runtime.supervision.data_recheck import DataRecheck
+from air_skills.runtime.supervision.idle import wait_for_job
+
+GRACE_S = settings.get("AIR_GRACE_S")
+HEALTH_INTERVAL_S = settings.get("AIR_HEALTH_INTERVAL_S")
+POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll this often
+# POKE_SIGNAL arrived: read the state now. One flag for the process, so that a poke that comes
+# while one job hands over to the next is not lost (a stale one costs one read).
+_POKED = signals.SignalFlag()
+_CHILD_EXITED = signals.SignalFlag()  # SIGCHLD: a child ended (the job, or an adopted orphan)
+# The MLflow work of this process's jobs: joined before it exits (a spare run being made).
+_RUN_WORK: list[RunWork] = []
+
+
+# A command that ends within this time of its start is not put on record as running (its end
+# is, a moment later): a transaction less per short job. Anything longer is recorded then, so
+# that were its supervisor lost, reconcile finds and stops it.
+RECORD_AFTER_S = 0.002
+
+
+def _record_command(store: Store, job_id: str, pid: int, gpus: list[int]) -> None:
+    """Record a started command's pid and start time, unless it has already ended."""
+    if not signals.wait_exit(pid, RECORD_AFTER_S):
+        store.set_running(job_id, pid, proc.start_time(pid) or "", passes.running_message(gpus))
+
+
+@dataclass
+class Started:
+    """A job given to this process (its own pass started it, or another's handed it over):
+    its record, and its command when already started (or why that failed)."""
+
+    row: JobRecord
+    child: subprocess.Popen[bytes] | None = None
+    error: str | None = None
+
+
+class Supervisor:
+    def __init__(
+        self,
+        home: Path,
+        job_id: str,
+        store: Store | None = None,
+        job_pid: int | None = None,
+        start_error: str | None = None,
+        started: Started | None = None,
+    ) -> None:
+        self.home = home
+        self.job_id = job_id
+        self.store = store or Store(home)
+        self.job_pid = job_pid  # the command, when the spawner started it
+        self.start_error = start_error  # why the spawner could not start it
+        self.stop_signal = signals.SignalFlag()  # SIGTERM/SIGINT (set in a handler: no lock)
+        self._outcome: Outcome | None = None  # the attempt's end, recorded by _commit
+        self.child: subprocess.Popen[bytes] | StartedChild | None = None
+        self._started = started  # given to this process: its row (and command, if started)
+        if started is not None:
+            self.child = started.child
+            self.job_pid = started.child.pid if started.child else None
+            self.start_error = started.error
+        self.infra_faults: list[GpuFault] = []
+        self.image: container.ContainerJob | None = None  # a job run by a container engine
+        self.timed_out = False
+        self.late: str | None = None  # a gang rendezvous timed out (execution/rendezvous.py)
+        self._warm: RunWork | None = None
+        self._recheck: DataRecheck | None = None
+
+    # --- the whole life of one attempt ----------------------------------------------------
+
+    def run(self) -> Started | None:
+        """Supervise the attempt; returns a job that this process is to supervise next."""
+        row = self._started.row if self._started else self.store.row(self.job_id)
+        me = os.getpid()
+        if row is None or row.status != "RUNNING" or row.supervisor_pid not in (None, me):
+            if self.job_pid:  # started for a record that is not ours: it must not run alone
+                proc.kill_group(self.job_pid)
+            return None
+        if row.supervisor_pid is None:
+            self.store.set_supervisor(self.job_id, me, proc.own_start())
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_signal.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop_signal.set())
+        signal.signal(POKE_SIGNAL, lambda *_: _POKED.set())
+        self.spec: dict[str, Any] = row.spec_dict()
+        self.image = (
+            container.load(job_dir(self.home, self.job_id)) if self.spec.get("image") else None
+        )
+        self.gpus: list[int] = row.gpu_list()
+        self.row = row
+        self._attempt(row)
+        started = self._commit()
+        if self._recheck is not None:
+            self._recheck.finish(self.store, self.job_id)
+        return started
+
+    def _run_work(self, row: JobRecord) -> None:
+        """Start the job's MLflow work beside it (runtime/runs/job_run.py), once its command has
+        started: importing MLflow would hold the GIL while the command is being started."""
+        if self._warm is not None or not row.run_id:
+            return
+        self._warm = RunWork(self.home, row).start()
+        _RUN_WORK[:] = [w for w in _RUN_WORK if w.alive()] + [self._warm]
+
+    def _make_pending_run(self, row: JobRecord) -> JobRecord:
+        """A job launched without its run (no spare, sqlite): make it before the command
+        starts, so the job knows its run id from its first instruction."""
+        if not job_run.is_pending(self.home, row):
+            return row
+        self.row = row = job_run.make_pending_run(self.store, row)
+        return row
+
+    def _commit(self) -> Started | None:
+        """Record the attempt's end and run a scheduling pass, in one transaction.
+
+        The jobs this attempt made room for start now, not at the next client call, and no
+        other pass can see the GPUs free in between. The first job started is for this
+        process to supervise next (unless it was asked to stop): its command starts here,
+        once the transaction is committed (a start inside it would hold every other writer).
+        """
+        gpus = passes.schedulable_gpus(self.store)
+        caller = None if self.stop_signal.is_set() else (os.getpid(), proc.own_start())
+        try:
+            with self.store.tx() as c:
+                if self._outcome is not None:
+                    self.store.record_outcome(self.job_id, self._outcome, c=c)
+                result = passes.run_pass(self.store, c, gpus, caller)
+        except Exception:
+            if self._outcome is not None:  # a failing pass must not lose the job's end
+                self.store.record_outcome(self.job_id, self._outcome)
+            raise
+        if result.caller_job is None:
+            passes.act_on_pass(self.store, result)
+            return None
+        # Ours first: this process is the quickest start; the others' starts follow.
+        started = self._start_next(result.rows[result.caller_job])
+        passes.act_on_pass(self.store, result)
+        return started
+
+    def _start_next(self, row: JobRecord) -> Started:
+        """Start the command of a job that this process's pass gave to it, and record it.
+
+        When the quick preflight finds anything (or a deep one is asked for), the command
+        waits for _attempt, which runs the full preflight first.
+        """
+        try:
+            launch = prestart_launch(self.home, row)
+            if launch is None:
+                return Started(row)
+            child = launch.popen()
+        except Exception as exc:  # recorded by _attempt_started, as when it starts it
+            return Started(row, error=f"{type(exc).__name__}:{exc}")
+        _record_command(self.store, row.job_id, child.pid, row.gpu_list())
+        return Started(row, child)
+
+    def _attempt(self, row: JobRecord) -> None:
+        if self.job_pid is not None or self.start_error is not None:
+            self._attempt_started(row)
+            return
+        if row.stop_request == "cancel":  # the row was read just now
+            self._end(AttemptEnd(self.job_id, stop_request="cancel", stop_reason=row.stop_reason))
+            return
+        faults, check = gpu_checks.preflight(self.store, row, self.spec, self.gpus)
+        if faults:
+            self._infra_failure(faults, check)
+            return
+        row = self._make_pending_run(row)
+        try:
+            self.child = self._start()
+        except OSError as exc:
+            self._start_failed(type(exc).__name__, str(exc))
+            return
+        _record_command(self.store, self.job_id, self.child.pid, self.gpus)
+        self._run_work(self.row)
+        rc = self._watch()
+        self._record_exit(rc)
+
+    def _attempt_started(self, row: JobRecord) -> None:
+        """The spawner ran the quick preflight and started the command before we booted."""
+        if self.start_error is not None:
+            kind, _, text = self.start_error.partition(":")
+            self._start_failed(kind, text)
+            return
+        assert self.job_pid is not None
+        if self.child is None:
+            self.child = StartedChild(self.job_pid)
+        if self._started is None and row.job_pid != self.job_pid:  # not on record yet
+            self.store.set_running(
+                self.job_id,
+                self.job_pid,
+                proc.start_time(self.job_pid) or "",
+                passes.running_message(self.gpus),
+            )
+        self._run_work(self.row)
+        rc = self._watch()
+        self._record_exit(rc)
+
+    def _start_failed(self, kind: str, text: str) -> None:
+        """The command could not start (an OSError's class name and text): the user's to fix."""
+        self._record(start_failed(kind, text, self.spec["command"][0]))
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        return command_launch(self.home, self.row, self.spec, self.gpus).popen()
+
+    def _watch(self) -> int:
+        child = self.child
+        assert child is not None
+        timeout_min = self.spec.get("timeout_min")
+        deadline = time.monotonic() + timeout_min * 60 if timeout_min else None
+        next_health = time.monotonic() + HEALTH_INTERVAL_S
+        # Started before this process could hear of a cancel: read the stop request at once.
+        first_check = 0.0 if self.job_pid and self._started is None else 1.0
+        next_db_check = time.monotonic() + first_check
+        self.joins = watch_joins(job_dir(self.home, self.job_id), self.row, self.spec, self.gpus)
+        pidfd = signals.pidfd(child.pid)
+        try:
+            return self._watch_loop(child, deadline, next_health, next_db_check, pidfd)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _watch_loop(
+        self,
+        child: subprocess.Popen[bytes] | StartedChild,
+        deadline: float | None,
+        next_health: float,
+        next_db_check: float,
+        pidfd: int | None,
+    ) -> int:
+        while True:
+            rc = child.poll()
+            if rc is not None:
+                return rc
+            now = time.monotonic()
+            if _CHILD_EXITED.is_set():  # an adopted orphan ended: reap it (not the job)
+                _CHILD_EXITED.clear()
+                rc = child.poll()  # most often it is the job itself that ended
+                if rc is not None:
+                    return rc
+                proc.reap_children(keep=(child.pid,))
+            if _POKED.is_set():  # a stop request was recorded: read it now
+                _POKED.clear()
+                next_db_check = now
+            if self.stop_signal.is_set() or (now >= next_db_check and self._stop_request()):
+                return self._terminate()
+            if now >= next_db_check:
+                next_db_check = now + 1.0
+                late = self.joins.check() if self.joins is not None else None
+                if late is not None:
+                    self.late = describe_late(late, self.row.log_path)
+                    return self._terminate()
+            if deadline is not None and now >= deadline:
+                self.timed_out = True
+                return self._terminate()
+            if self.gpus and now >= next_health:
+                next_health = now + HEALTH_INTERVAL_S
+                faults = [f for f in provider().faults(self.gpus) if f.critical and f.index >= 0]
+                if faults:
+                    self.infra_faults = faults
+                    return self._terminate()
+            wake = min(next_db_check, next_health if self.gpus else next_db_check)
+            if deadline is not None:
+                wake = min(wake, deadline)
+            self._sleep(pidfd, wake - time.monotonic())
+
+    def _sleep(self, pidfd: int | None, timeout_s: float) -> None:
+        """Until the command exits, a signal arrives, or the timeout: no polling delay."""
+        timeout_s = max(0.0, timeout_s)
+        if pidfd is None or not signals.wakeup_installed():
+            if not self.stop_signal.is_set():
+                time.sleep(min(timeout_s, POLL_S))  # short: a stop is seen within POLL_S
+            return
+        signals.wait_readable([pidfd], timeout_s)
+
+    def _terminate(self) -> int:
+        child = self.child
+        assert child is not None
+        if self.image is not None:  # the engine stops the container (TERM, grace, KILL)
+            container.stop(self.image.engine, self.job_id, GRACE_S)
+        proc.kill_group(child.pid, signal.SIGTERM)
+        try:
+            return child.wait(GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill_group(child.pid, signal.SIGKILL)
+            return child.wait()
+
+    # --- outcomes ----------------------------------------------------------------------------
+
+    def _record_exit(self, rc: int) -> None:
+        assert self.child is not None
+        engine_end = None
+        if self.image is not None:  # its container goes first; an engine exit is told apart
+            engine_end = container.after_exit(self.image, self.job_id, rc, self.spec["command"][0])
+        # Whatever the command left behind in its group goes with it, and (this process being
+        # their subreaper) whatever left the group: a `setsid` child must not keep its GPU.
+        proc.kill_group(self.child.pid, signal.SIGKILL)
+        if proc.is_subreaper():
+            proc.sweep_descendants(spare=self.store.supervisor_pids())
+        else:  # no subreaper here: the attempt's processes are found by their environment
+            proc.sweep_job(self.job_id, self.row.attempts)
+        if isinstance(engine_end, Outcome):  # the image lacks the command (126, 127)
+            self._record(engine_end)
+            return
+        row = self.store.row(self.job_id)
+        stop = row.stop_request if row else None
+        # A stop request outranks the faults (outcomes.py): then no GPU is cordoned either.
+        faults = [] if stop in ("cancel", "preempt") else self.infra_faults
+        if self.late is not None and stop is None and not faults:  # the gang was stopped
+            self._record(late_outcome(self.late, row, self.spec))
+            return
+        # A failure of its own: which rank failed first (a gang), and NCCL's signatures.
+        failure = gang.Failure(rc if rc >= 0 else None, -rc if rc < 0 else None)
+        if rc != 0 and stop is None and not self.timed_out and not faults:
+            failure = gang.read_failure(
+                self.row.log_path, rc, gang.is_gang(self.spec, len(self.gpus))
+            )
+        self._end(
+            AttemptEnd(
+                self.job_id,
+                exit_code=failure.exit_code,
+                signal=proc.signal_name(failure.signal) if failure.signal else None,
+                stop_request=stop,
+                stop_reason=row.stop_reason if row else None,
+                timed_out=self.timed_out,
+                timeout_min=self.spec.get("timeout_min"),
+                infra=self._cordon(faults, "while running") or engine_end or failure.infra,
+                rank=failure.rank,
+                rank_error=failure.error_line,
+                user_retries=row.user_retries if row else 0,
+                max_retries=self.spec.get("max_retries", 0),
+                infra_retries=row.infra_retries if row else 0,
+            )
+        )
+
+    def _infra_failure(self, faults: list[GpuFault], when: str) -> None:
+        """The GPU checks found faults before the command started."""
+        row = self.store.row(self.job_id)
+        infra = self._cordon(faults, when)
+        self._end(AttemptEnd(self.job_id, infra=infra, infra_retries=row.infra_retries))
+
+    def _cordon(self, faults: list[GpuFault], when: str) -> InfraFailure | None:
+        return gpu_checks.cordon(self.store, self.job_id, faults, when)
+
+    def _end(self, end: AttemptEnd) -> None:
+        """Classify the attempt's end (outcomes.py) and keep it for _commit to record."""
+        self._record(classify(end))
+
+    def _record(self, outcome: Outcome) -> None:
+        """Keep the outcome for _commit; a job that ends gets its data and MLflow notes first."""
+        if outcome.action == "finish":
+            assert outcome.status is not None
+            self._run_work(self.row)  # a command that never started: its run is completed too
+            ready = self._warm.ready if self._warm is not None else None
+            self._recheck = DataRecheck(self.home, self.spec, self.row.run_id)
+            message = outcome.message + self._recheck.start(ready)
+            message = end_run(self.store, self.row, self.spec, outcome.status, message, ready)
+            outcome = Outcome(
+                "finish",
+                message,
+                outcome.status,
+                outcome.failure_kind,
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+            )
+        self._outcome = outcome
+
+    def _stop_request(self) -> str | None:
+        row = self.store.row(self.job_id)
+        return row.stop_request if row else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``JOB_ID [--job-pid PID | --start-error TEXT]``; AIR_HOME names the home."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    job_id = args.pop(0)
+    options = dict(zip(args[::2], args[1::2], strict=True))
+    home = Path(settings.get("AIR_HOME"))  # set by the spawner
+    job_pid = options.get("--job-pid")
+    signals.install_wakeup()
+    if proc.become_subreaper():  # the spawner set it already (kept across exec): note it
+        signal.signal(signal.SIGCHLD, lambda *_: _CHILD_EXITED.set())
+    store = Store(home)
+    try:
+        sup = Supervisor(
+            home,
+            job_id,
+            store,
+            job_pid=int(job_pid) if job_pid else None,
+            start_error=options.get("--start-error"),
+        )
+        while True:
+            # The next job is one that this process's pass started, or one handed to it while
+            # it waits: either way no interpreter boots for it.
+            started = sup.run()
+            if started is not None:
+                sup = Supervisor(home, started.row.job_id, store, started=started)
+                continue
+            given = None if sup.stop_signal.is_set() else wait_for_job(store, after=_RUN_WORK)
+            if given is None:
+                break
+            sup = Supervisor(home, given.job_id, store, started=Started(given))
+    finally:
+        for work in _RUN_WORK:  # a spare run half made would be lost to the pool
+            work.join(30)
+        store.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,4 @@
+"""Code-editing studies: a study's code base, the checks of a trial's patch, and diff summaries.
+
+May use journal and spec.
+"""

@@ -1,0 +1,187 @@
+"""A code study's base: the snapshot taken once when the study starts, and its files.
+
+The base is journaled (``code_base`` event: digest, where it came from, the editable files and
+the protected files' digests), so a resumed loop uses the same one. Trials never run the
+user's tree: each launch carries one patch that turns the tree's current snapshot into the
+base plus the trial's patch chain (usually just the chain, when the tree has not changed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from air_skills.errors import InvalidSpec
+from air_skills.runtime.code.patch import apply_patch
+from air_skills.runtime.code.snapshot import load_manifest, read_blob, take_snapshot
+from air_skills.runtime.code.snapshot_files import IgnoreRules
+from autoresearch.code.code_diff import unified_diff
+from autoresearch.spec.study_schema import CodeSection, Study
+
+Files = dict[str, bytes | None]  # path -> content (None: deleted), over the base
+
+
+def matches(globs: list[str], path: str) -> bool:
+    """Whether ``path`` (relative, POSIX) matches one of the .gitignore-style ``globs``."""
+    return bool(globs) and IgnoreRules(globs).ignored(path)
+
+
+class CodeBase:
+    """The study's base snapshot: read its files, apply patch chains, check protected files."""
+
+    def __init__(self, home: Path, record: dict[str, Any]) -> None:
+        self.home = Path(home)
+        self.record = record
+        self.digest: str = record["digest"]
+        self.manifest = load_manifest(self.home, self.digest)
+        self.editable: list[str] = list(record.get("editable", []))
+        self.protected: dict[str, str] = dict(record.get("protected", {}))
+        self.section = CodeSection.model_validate(record["code"])
+
+    # --- taking it ---
+
+    @classmethod
+    def take(cls, home: Path, study: Study) -> CodeBase:
+        """Snapshot the study's workdir now; refuse globs that match nothing."""
+        assert study.code is not None
+        snap = take_snapshot(home, study.workdir)
+        files = sorted(snap.manifest["files"])
+        code = study.code
+        editable = [
+            p for p in files if matches(code.editable, p) and not matches(code.protected, p)
+        ]
+        problems = [
+            f"code.editable: {g!r} matches no file of the snapshot of {snap.root}"
+            for g in code.editable
+            if not any(matches([g], p) for p in files)
+        ]
+        problems += [
+            f"code.protected: {g!r} matches no file of the snapshot of {snap.root}"
+            for g in code.protected
+            if not any(matches([g], p) for p in files)
+        ]
+        if problems:
+            raise InvalidSpec(
+                "the study's code section does not fit its tree:",
+                problems=problems,
+                hint="globs use .gitignore syntax from the tree's root (e.g. `train.py`,"
+                f" `src/**/*.py`); the snapshot holds {len(files)} files",
+            )
+        protected = {
+            p: snap.manifest["files"][p]["sha256"] for p in files if matches(code.protected, p)
+        }
+        git = snap.git
+        record = {
+            "digest": snap.digest,
+            "root": str(snap.root),
+            "cwd": snap.cwd,
+            "mode": snap.mode,
+            "commit": git.commit if git else None,
+            "branch": git.branch if git else None,
+            "dirty": bool(git and git.dirty),
+            "editable": editable,
+            "protected": protected,
+            "code": code.model_dump(mode="json"),
+        }
+        return cls(home, record)
+
+    # --- files ---
+
+    def read(self, path: str) -> bytes | None:
+        entry = self.manifest["files"].get(path)
+        return None if entry is None else read_blob(self.home, entry["sha256"])
+
+    def apply_chain(self, patches: list[str]) -> Files:
+        """The files the patches (root first) change, over the base."""
+        state: Files = {}
+        for text in patches:
+
+            def read(path: str, state: Files = state) -> bytes | None:
+                return state[path] if path in state else self.read(path)
+
+            state.update(apply_patch(text, read))
+        return state
+
+    def composed(self, patches: list[str]) -> str | None:
+        """One patch against the base equal to the chain ``patches`` (None: no change)."""
+        return self._diff(self.apply_chain(patches), self.read) or None
+
+    def launch_patch(self, patches: list[str]) -> tuple[str | None, list[str]]:
+        """(the patch to launch with from the user's tree as it is now, notes): the tree's
+        current snapshot turned into the base plus the chain ``patches``."""
+        final = self.apply_chain(patches)
+        snap = take_snapshot(self.home, self.record["root"])
+        if snap.digest == self.digest:
+            return self._diff(final, self.read) or None, []
+        now = snap.manifest["files"]
+        base = self.manifest["files"]
+        changed = {p for p in set(now) | set(base) if (now.get(p) or {}).get("sha256")
+                   != (base.get(p) or {}).get("sha256")}  # fmt: skip
+        target = {p: final[p] if p in final else self.read(p) for p in changed | set(final)}
+
+        def current(path: str) -> bytes | None:
+            entry = now.get(path)
+            return None if entry is None else read_blob(self.home, entry["sha256"])
+
+        notes = [f"the tree changed since the study started ({len(changed)} files): trials"
+                 " still run the study's base"]  # fmt: skip
+        text, skipped = self._diff_with_skips(target, current)
+        if skipped:
+            notes.append("binary files differ from the base and run as they are now: "
+                         + ", ".join(skipped[:5]))  # fmt: skip
+        return text or None, notes
+
+    def _diff(self, target: Files, read: Any) -> str:
+        text, _ = self._diff_with_skips(target, read)
+        return text
+
+    @staticmethod
+    def _diff_with_skips(target: Files, read: Any) -> tuple[str, list[str]]:
+        parts: list[str] = []
+        skipped: list[str] = []
+        for path in sorted(target):
+            before, after = read(path), target[path]
+            if before == after:
+                continue
+            try:
+                parts.append(unified_diff(path, before, after))
+            except ValueError:
+                skipped.append(path)
+        return "".join(parts), skipped
+
+    # --- protected files ---
+
+    def tampered(self, view: Path) -> list[str]:
+        """Protected files whose content in a job's code view differs from the base."""
+        out = []
+        for path, sha in sorted(self.protected.items()):
+            try:
+                with open(view / path, "rb") as f:
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
+            except OSError:
+                digest = None  # removed or replaced by something unreadable
+            if digest != sha:
+                out.append(path)
+        return out
+
+    def view_of(self, job_id: str) -> Path:
+        """A job's code view (its private copy of the tree, see job_code)."""
+        return self.home / "jobs" / job_id / "code"
+
+    def build_base_view(self, dest: Path) -> Path:
+        """The base's own files in ``dest`` (for the trusted evaluator); the cwd inside it."""
+        from air_skills.runtime.code.snapshot import build_view
+
+        build_view(self.home, self.manifest, dest, {})
+        cwd = dest / self.record["cwd"] if self.record["cwd"] else dest
+        os.makedirs(cwd, exist_ok=True)
+        return cwd
+
+
+def patch_digest(patch: str | None, parent: int | None) -> str:
+    """What makes two code trials' code the same, for the duplicate check."""
+    if patch is None and parent is None:
+        return ""
+    return hashlib.sha256(f"{parent}\n{patch or ''}".encode()).hexdigest()[:16]

@@ -1,0 +1,440 @@
+"""The autoresearch loop: fill every free slot with proposed trials, launch them through the
+``Client``, stop the ones the median rule condemns, record everything, until a budget is spent.
+
+The loop's state is its journal: every event is appended before the loop acts on it, and a
+resumed loop replays the journal, re-attaches to trials still running, launches trials that
+were proposed but not launched (their idempotency key makes a repeat launch a no-op) and goes
+on. Nothing is held in memory that the journal does not also hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from air_skills.errors import AirError, InvalidSpec, InvalidState, NotFound
+from autoresearch.journal.journal import (
+    HEARTBEAT_S,
+    Journal,
+    StudyState,
+    Trial,
+    TrialStatus,
+    replay,
+)
+from autoresearch.loop import budgets
+from autoresearch.loop.launcher import TrialLauncher
+from autoresearch.loop.mirror import StudyMirror
+from autoresearch.loop.trials import build_request, noise_repeat, trial_command
+from autoresearch.loop.watch import STUDY_ENDING, TrialWatch
+from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
+from autoresearch.study.folder import LOOP_LOG, STOP_FILE, STUDY_FILE, LoopLock, take_stop_request
+from autoresearch.study.study import Study, dump_study, parse_study
+
+# Keys that define what a study measures; a resume may change budgets, never these.
+FIXED_ON_RESUME = (
+    "name",
+    "command",
+    "base_config",
+    "search_space",
+    "objective",
+    "noise",
+    "code",
+    "evaluate",
+)
+
+
+@dataclass
+class LoopResult:
+    study_dir: Path
+    stop_reason: str
+    state: StudyState
+
+
+class StudyLoop(TrialLauncher, TrialWatch):
+    """Runs one study in one folder. ``run()`` returns when a budget is spent or a stop is
+    requested; it raises on a study that cannot go on (a bad metric, a refused API key)."""
+
+    def __init__(
+        self,
+        study: Study,
+        study_dir: Path,
+        *,
+        client: Any = None,
+        proposer: Proposer | None = None,
+        resume: bool = False,
+        poll_s: float = 0.25,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.study = study
+        self.dir = Path(study_dir).resolve()
+        self.journal = Journal(self.dir)
+        self._client = client
+        self._proposer = proposer
+        self.resume = resume
+        self.poll_s = poll_s
+        self.log = log or (lambda line: None)
+        self.state = StudyState()
+        self.gpus_per_trial = 0
+        self.soft_stop: str | None = None
+        self.hard_stop: str | None = None
+        self.cancelling: dict[int, str] = {}
+        self.undecided: list[int] = []
+        self.metric_seen = False
+        self.curve_warned = False
+        self.stop_why: str | None = None  # the reason a stop request gave
+        self.mirror = StudyMirror(
+            self.emit, lambda: self.client.tracker, lambda: self.state.parent_run_id
+        )
+        self.prune_every_s = max(poll_s, 2.0)
+
+    # --- journal ---
+
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        record = self.journal.append(kind, **fields)
+        self.state.apply(record)
+        return record
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from air_skills.client import Client
+
+            self._client = Client()
+            self._client.runtime.keep_spares = True  # long-lived: claims spare MLflow runs
+        return self._client
+
+    # --- the run ---
+
+    def run(self) -> LoopResult:
+        if self._proposer is None:  # a missing API key fails before anything is written
+            self._proposer = make_proposer(self.study.proposer)
+        with LoopLock(self.dir):
+            self._start()
+            previous = signal.getsignal(signal.SIGTERM)
+            with contextlib.suppress(ValueError):  # not the main thread: no handler
+                signal.signal(signal.SIGTERM, _raise_interrupt)
+            try:
+                reason = self._loop()
+            except KeyboardInterrupt:
+                self.emit("session_ended", reason="interrupted")
+                self.log("interrupted: trials still running go on; resume with --resume")
+                raise
+            except STUDY_ENDING as exc:
+                # every trial of this study would end the same way: stop them all now
+                self.emit("error", code=exc.code, message=exc.message, hint=exc.hint)
+                self.log(str(exc))
+                self._cancel_active("error")
+                self._drain(timeout_s=30)
+                self.emit("stopped", reason="error", detail=exc.message)
+                self.mirror.end_parent("FAILED")
+                self._report()
+                raise
+            except AirError as exc:
+                # a refused API key, a store that went away: trials still running go on, and
+                # `--resume` re-attaches to them once the cause is fixed
+                self.emit("error", code=exc.code, message=exc.message, hint=exc.hint)
+                self.emit("session_ended", reason="error")
+                self.log(str(exc))
+                raise
+            finally:
+                with contextlib.suppress(ValueError):
+                    signal.signal(signal.SIGTERM, previous)
+            detail = {"detail": self.stop_why} if self.stop_why else {}
+            self.emit("stopped", reason=reason, **budgets.spent(self.state, time.time()), **detail)
+            self.mirror.end_parent("FINISHED")
+            self._report()
+            self.log(f"stopped: {reason}")
+            return LoopResult(self.dir, reason, self.state)
+
+    def _start(self) -> None:
+        events = self.journal.read()
+        if events and not self.resume:
+            raise InvalidState(
+                f"study folder {self.dir} already holds a journal ({len(events)} events)",
+                hint=f"continue it with `autoresearch run {self.dir} --resume`, or give the"
+                " study another name or folder",
+                study_dir=str(self.dir),
+            )
+        self.state = replay(events)
+        if self.state.study:
+            self._check_resumable(self.state.study)
+        proposer = self._proposer
+        assert proposer is not None
+        stale = self.dir / STOP_FILE
+        with contextlib.suppress(OSError):
+            stale.unlink()
+        if self.state.gpus_per_trial is not None:
+            self.gpus_per_trial = self.state.gpus_per_trial
+        elif self.study.gpus_per_trial is not None:
+            self.gpus_per_trial = self.study.gpus_per_trial
+        else:
+            self.gpus_per_trial = 1 if self.client.gpus() else 0
+        (self.dir / STUDY_FILE).write_text(dump_study(self.study))
+        self.emit(
+            "session_started",
+            study=self.study.to_dict(),
+            study_id=self.state.study_id or uuid.uuid4().hex[:12],
+            pid=os.getpid(),
+            resume=bool(events),
+            gpus_per_trial=self.gpus_per_trial,
+            proposer=proposer.name,
+            air_home=str(getattr(self.client, "home", "")),
+        )
+        self._start_code()
+        self.metric_seen = any(
+            self.study.objective.metric in t.metrics for t in self.state.trials.values()
+        )
+        if self.state.parent_run_id is None:
+            self.mirror.create_parent(self.study, self.state.study_id, self.dir)
+        else:
+            self.mirror.resume_parent()
+        self._pick_up()
+        active = len(self._active())
+        self.log(
+            f"study {self.study.name}: {self.dir}"
+            + (f" (resumed: {len(self.state.trials)} trials, {active} running)" if events else "")
+        )
+
+    def _pick_up(self) -> None:
+        """Carry on from where a killed loop stopped, whatever line it wrote last: judge the
+        finished trials, stop the pruned ones still running, relaunch an infra failure."""
+        self.undecided = [
+            t.number for t in self.state.ordered() if t.status.is_final() and t.decision is None
+        ]
+        for t in self.state.ordered():
+            if t.status == TrialStatus.PRUNED and not t.job_done:
+                self.cancelling[t.number] = "pruned"
+                self._cancel(t, "pruned by the median rule")  # the kill may have beaten it
+            elif t.status == TrialStatus.RUNNING and t.job_done:
+                # Its `infra_retry` is journaled and its relaunch is not; the key of the next
+                # attempt makes this a no-op if the launch itself had happened.
+                self.log(f"trial {t.number}: relaunching after an infra failure")
+                self._launch(t)
+
+    def _check_resumable(self, saved: dict[str, Any]) -> None:
+        current = self.study.to_dict()
+        changed = [k for k in FIXED_ON_RESUME if saved.get(k) != current.get(k)]
+        if changed:
+            raise InvalidSpec(
+                "the study file differs from the journal's study in keys a resume cannot change:",
+                problems=[f"{k}: changed since the study started" for k in changed],
+                hint="restore those keys (the journal's copy is in study.yaml) or start a new"
+                " study under another name; budgets, proposer and notes may change",
+            )
+        if saved != current:
+            self.emit("study_updated", study=current)
+
+    def _loop(self) -> str:
+        heartbeat = last_prune = time.time()
+        infos: dict[str, Any] = {}
+        while True:
+            self._poll(infos)
+            self._decide()
+            self._check_stops()
+            if self.hard_stop:
+                self._cancel_active(self.hard_stop)
+            elif not self.soft_stop:
+                self._fill()
+            self.mirror.flush()  # after the launches: slow MLflow writes never delay a trial
+            active = self._active()
+            if not active:
+                if self.hard_stop or self.soft_stop:
+                    self._decide()
+                    self.mirror.flush()
+                    return self.hard_stop or self.soft_stop or "done"
+                self.soft_stop = "nothing left to launch"
+                continue
+            now = time.time()
+            if now - last_prune >= self.prune_every_s:
+                self._prune_pass(infos)
+                last_prune = now
+            if now - max(heartbeat, self.journal.last_write) > HEARTBEAT_S:
+                self.emit("heartbeat", running=len(active))
+                heartbeat = now
+            try:
+                got = self.client.wait([t.job_id for t in active], timeout_s=self.poll_s, any=True)
+                infos = {i.job_id: i for i in got}
+            except NotFound:
+                infos = {}
+
+    # --- slots and launches ---
+
+    def _free_slots(self) -> int:
+        active = len(self._active())
+        slots = budgets.trial_slots(self.study, self.state, active, len(self._unlaunched()))
+        if slots <= 0:
+            return 0
+        if self.gpus_per_trial > 0:
+            free = [
+                g
+                for g in self.client.gpus()
+                if g.health == "ok" and not g.cordoned and not g.job_ids
+            ]
+            fit = len(free) // self.gpus_per_trial
+            slots = min(slots, fit if active else max(fit, 1))
+        return max(slots, 0)
+
+    def _unlaunched(self) -> list[Trial]:
+        return self.state.by_status(TrialStatus.PROPOSED)
+
+    def _fill(self) -> int:
+        """Launch as many trials as there are free slots; returns how many were launched."""
+        slots = self._free_slots()
+        if slots <= 0:
+            return 0
+        if not budgets.fits_wall_time(self.study, self.state, time.time()):
+            self.soft_stop = "budget:wall_time_min"
+            self.log("not launching more: a trial would not finish within the wall time left")
+            return 0
+        launched = 0
+        for t in self._unlaunched()[:slots]:
+            self._launch(t)
+            launched += 1
+        slots -= launched
+        study = self.study
+        while slots > 0 and 0 not in self.state.trials:
+            # Trial 0 even when prior jobs (api.start_study's prior_jobs) took the next numbers.
+            self._propose_fixed("baseline", {}, study.base_config, "the base config", number=0)
+            self._launch(self.state.trials[0])
+            launched, slots = launched + 1, slots - 1
+        noise_done = sum(1 for t in self.state.trials.values() if t.source == "noise")
+        while slots > 0 and noise_done < study.noise.repeats:
+            noise_done += 1
+            config, why = noise_repeat(study, noise_done)
+            number = self._propose_fixed("noise", {}, config, why)
+            self._launch(self.state.trials[number])
+            launched, slots = launched + 1, slots - 1
+        if slots <= 0:
+            return launched
+        request = self._request(slots)
+        assert self._proposer is not None
+        result = suggest(self._proposer, request)
+        for kind, fields in result.events:
+            self.emit(kind, **fields)
+        for p in result.proposals:
+            number = self.state.next_number
+            self.emit(
+                "proposal",
+                trial=number,
+                source=p.source,
+                diff=p.diff,
+                config=study.config_for(p.diff),
+                rationale=p.rationale,
+                **_code_fields(p),
+            )
+            self._launch(self.state.trials[number])
+            launched += 1
+        if result.stop_reason:
+            self.soft_stop = result.stop_reason
+            self.log(f"not launching more: {result.stop_reason}")
+        elif not result.proposals and not self._active():
+            self.soft_stop = "search space exhausted"
+        return launched
+
+    def _propose_fixed(
+        self, source: str, diff: dict, config: dict, why: str, number: int | None = None
+    ) -> int:
+        number = self.state.next_number if number is None else number
+        self.emit("proposal", trial=number, source=source, diff=diff, config=config, rationale=why)
+        return number
+
+    def _request(self, n: int, purpose: str = "propose") -> ProposalRequest:
+        return build_request(self.study, self.state, n, purpose, now=time.time(), code=self.code)
+
+    # --- budgets and stops ---
+
+    def _check_stops(self) -> None:
+        request = take_stop_request(self.dir)
+        if request is not None:
+            why = request.get("reason") or "stop requested"
+            self.stop_why = why
+            self.emit("stop_requested", **request)
+            if request.get("cancel_running", True):
+                self.hard_stop = "stop-request"
+            else:
+                self.soft_stop = "stop-request"
+            self.log(f"stop requested: {why}")
+        hard, soft = budgets.budget_stop(
+            self.study,
+            self.state,
+            time.time(),
+            unlaunched=len(self._unlaunched()),
+            gpus_per_trial=self.gpus_per_trial,
+            stopping=bool(self.hard_stop or self.soft_stop),
+        )
+        self.hard_stop = self.hard_stop or hard
+        self.soft_stop = self.soft_stop or soft
+
+    # --- the end ---
+
+    def _report(self) -> None:
+        try:
+            from autoresearch.report.report import write_report
+
+            paths = write_report(self.dir)
+            self.log(f"report: {paths['report']}")
+            self.mirror.report(paths["report"])
+        except Exception as exc:
+            self.emit("warning", message=f"report failed: {str(exc)[:200]}")
+
+
+def _code_fields(p: Any) -> dict[str, Any]:
+    """A proposal's code fields for the journal (none for a config-only trial)."""
+    if p.patch is None and p.parent is None:
+        return {}
+    return {"patch": p.patch, "parent": p.parent, "patch_summary": p.patch_summary}
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_study(
+    study: Study | dict[str, Any] | str | Path,
+    study_dir: Path | str | None = None,
+    *,
+    resume: bool = False,
+    client: Any = None,
+    proposer: Proposer | None = None,
+    poll_s: float = 0.25,
+    log: Callable[[str], None] | None = None,
+) -> LoopResult:
+    """Run a study to the end of its budget (or resume it); blocking."""
+    from autoresearch.study.study import check_runnable, default_study_dir, load_study
+
+    if not isinstance(study, Study):
+        source = study
+        study = load_study(source)
+        if study_dir is None and isinstance(source, str | Path) and Path(source).is_dir():
+            study_dir = Path(source)
+    if study_dir is None:
+        study_dir = default_study_dir(study)
+    study = check_runnable(study)
+    loop = StudyLoop(
+        study,
+        Path(study_dir),
+        client=client,
+        proposer=proposer,
+        resume=resume,
+        poll_s=poll_s,
+        log=log,
+    )
+    return loop.run()
+
+
+__all__ = [
+    "LOOP_LOG",
+    "LoopResult",
+    "StudyLoop",
+    "build_request",
+    "parse_study",
+    "run_study",
+    "trial_command",
+]

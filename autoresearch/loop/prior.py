@@ -1,0 +1,112 @@
+"""Jobs the agent already ran by hand, as a study's history (``prior_jobs``).
+
+A prior job joins the study as a trial whose job is already launched: ``start_study`` journals
+it (a proposal and a launch), and the loop judges it like any trial when its job has ended,
+reading its objective from its run. One whose config is the study's base config is the
+baseline (trial 0): it is not run again. ``suggest_trials`` adds them to the history it shows
+the proposer, with their objectives read now.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from air_skills.errors import InvalidInput
+from autoresearch.journal.journal import Journal, StudyState, Trial, TrialStatus
+
+MAX_PRIOR_JOBS = 100
+
+
+def _prior(study: Any, job_ids: list[str], client: Any) -> list[dict[str, Any]]:
+    """Each prior job's id, run, config and diff against the base config (checked first)."""
+    ids = list(dict.fromkeys(job_ids))
+    if len(ids) > MAX_PRIOR_JOBS:
+        raise InvalidInput(
+            f"{len(ids)} prior_jobs given; at most {MAX_PRIOR_JOBS}",
+            hint="pass the jobs that matter most (the baseline and the best)",
+        )
+    out = []
+    for job_id in ids:
+        info = client.get(job_id)  # NotFound names the id, with where ids come from
+        config = client.store.row(job_id).spec_dict().get("config") or {}
+        base = study.base_config
+        diff = {k: v for k, v in config.items() if base.get(k, _UNSET) != v}
+        # A key of the base config that the job lacks ran at its script default: not the base.
+        missing = [k for k in base if k not in config]
+        out.append(
+            {
+                "info": info,
+                "config": config,
+                "diff": diff,
+                "is_base": not diff and not missing,
+            }
+        )
+    return out
+
+
+_UNSET = object()
+
+
+def journal_prior(folder: Any, study: Any, job_ids: list[str], client: Any) -> int:
+    """Journal the prior jobs as launched trials of a new study; returns how many.
+
+    The first one that ran the base config is trial 0, the baseline (so the loop does not
+    run it again); the others follow. With no such job, trial 0 is left to the loop's own
+    baseline run.
+    """
+    jobs = _prior(study, job_ids, client)
+    base = next((j for j in jobs if j["is_base"]), None)
+    journal = Journal(folder)
+    number = 1
+    for job in jobs:
+        if job is base:
+            n, source, why = 0, "baseline", "the base config, run by hand"
+        else:
+            n, source, why = number, "prior", "a prior job, run by hand"
+            number += 1
+        info = job["info"]
+        journal.append(
+            "proposal",
+            trial=n,
+            source=source,
+            diff=job["diff"],
+            config=job["config"],
+            rationale=f"{why}: {info.job_id}",
+        )
+        journal.append(
+            "launched",
+            trial=n,
+            job_id=info.job_id,
+            run_id=info.run_id,
+            attempt=1,
+            gpus=len(info.gpus),
+        )
+    return len(jobs)
+
+
+def with_prior(state: StudyState, study: Any, job_ids: list[str], client: Any) -> StudyState:
+    """``state`` with the prior jobs added as finished trials (objective: the run's latest
+    value of the study's metric), for a proposer's history; nothing is journaled."""
+    metric = study.objective.metric
+    jobs = _prior(study, job_ids, client)
+    scores = client.scores([j["info"].job_id for j in jobs], metric, study.objective.direction)
+    number = state.next_number
+    for job in jobs:
+        info = job["info"]
+        value = (scores.get(info.job_id) or {}).get("latest")
+        ok = str(info.status) == "SUCCEEDED" and value is not None
+        state.trials[number] = Trial(
+            number=number,
+            diff=job["diff"],
+            config=job["config"],
+            source="baseline" if job["is_base"] else "prior",
+            rationale=f"a prior job, run by hand: {info.job_id}",
+            status=TrialStatus.SUCCEEDED if ok else TrialStatus.FAILED,
+            job_id=info.job_id,
+            run_id=info.run_id,
+            value=value if ok else None,
+            failure=None if ok else f"{info.status}: no {metric} to learn from",
+            job_done=True,
+        )
+        number += 1
+    return state

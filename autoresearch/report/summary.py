@@ -1,0 +1,161 @@
+"""The compact JSON view of a study that ``get_study`` returns: state, best, running, budgets."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from autoresearch.journal.journal import StudyState, Trial, TrialStatus
+from autoresearch.study.folder import REPORT_FILE, loop_alive
+from autoresearch.study.study import Study
+
+# The MCP resource that serves a trial's full patch (``api.trial_patch``). The study folder
+# has slashes, so it travels URL-encoded in one path segment.
+PATCH_RESOURCE = "air://studies/{study}/trials/{trial}/patch"
+
+
+def patch_uri(study_dir: Path | str, trial: int) -> str:
+    """The resource URI of trial ``trial``'s patch in the study folder ``study_dir``."""
+    return PATCH_RESOURCE.format(study=quote(str(study_dir), safe=""), trial=trial)
+
+
+def best_trial(state: StudyState) -> Trial | None:
+    """The study's best trial so far; None before one succeeds."""
+    return state.trials.get(state.best_trial) if state.best_trial is not None else None
+
+
+def best_fields(state: StudyState, best: Trial) -> dict[str, Any]:
+    """What every view of the best trial shows: its number, value, diff, job and MLflow run."""
+    return {
+        "trial": best.number,
+        "value": state.best_value,
+        "diff": best.diff,
+        "job_id": best.job_id,
+        "run_id": best.run_id,
+    }
+
+
+def _trial_brief(t: Any) -> dict[str, Any]:
+    return {
+        "trial": t.number,
+        "diff": t.diff,
+        "status": t.status.value,
+        "value": t.value,
+        "job_id": t.job_id,
+        "source": t.source,
+        "decision": _decision(t),
+    }
+
+
+# What a final trial's decision means, for an agent that reads get_study's `recent`.
+DECISIONS = {
+    "keep": "keep: the new best",
+    "discard": "discard: within the noise floor of the best, or worse",
+    "baseline": "baseline: the reference the others are judged against",
+    "noise": "noise: a repeat of the baseline that measures the noise floor",
+}
+
+
+def _decision(t: Any) -> str | None:
+    """The trial's decision in words: keep, discard (within the noise floor), pruned, ..."""
+    if t.status == TrialStatus.PRUNED:
+        return f"pruned: {t.failure}" if t.failure else "pruned: stopped early"
+    if t.decision:
+        return DECISIONS.get(t.decision, t.decision)
+    if t.status.is_final() and t.status != TrialStatus.SUCCEEDED:
+        return t.status.value.lower() + (f": {t.failure}" if t.failure else "")
+    return None
+
+
+def _noise_warning(state: StudyState) -> list[str]:
+    n = len(state.noise_values)
+    if 0 < n < 3:
+        return [f"the noise floor comes from {n} sample(s): treat small gains as noise"]
+    return []
+
+
+def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any]:
+    """The compact JSON view of a study: best, running, counts, budgets spent and left."""
+    now = time.time()
+    alive = loop_alive(study_dir)
+    if alive:
+        phase = "running"
+    elif state.stopped:
+        phase = "finished" if state.stopped.get("reason") != "error" else "failed"
+    else:
+        phase = "interrupted"
+    trials = state.ordered()
+    counts = {s.value.lower(): sum(1 for t in trials if t.status == s) for s in TrialStatus}
+    b = study.budget
+    wall_min = (state.wall_s_now(now) if alive else state.wall_s) / 60
+    best = best_trial(state)
+    out: dict[str, Any] = {
+        "name": study.name,
+        "study_dir": str(study_dir),
+        "state": phase,
+        "pid": alive.get("pid") if alive else None,
+        "stop_reason": state.stopped.get("reason") if state.stopped else None,
+        "stop_detail": state.stopped.get("detail") if state.stopped else None,
+        "objective": {"metric": study.objective.metric, "direction": study.objective.direction},
+        "proposer": study.proposer.type,
+        "trials": {"total": len(trials), **counts},
+        "best": None
+        if best is None
+        else {
+            **best_fields(state, best),
+            "reason": best.rationale[:300] or best.source,
+            **best_code(study_dir, state),
+        },
+        "running": [
+            {**_trial_brief(t), "steps": t.steps}
+            for t in trials
+            if t.status in (TrialStatus.RUNNING, TrialStatus.PROPOSED)
+        ],
+        "noise": {
+            "repeats": study.noise.repeats,
+            "std": state.noise_std,
+            "floor": state.noise_floor,
+            "values": state.noise_values,
+        },
+        "budget": {
+            "trials": {"used": len(trials), "limit": b.trials},
+            "concurrency": b.concurrency,
+            "wall_time_min": {"used": round(wall_min, 3), "limit": b.wall_time_min},
+            "gpu_hours": {"used": round(state.gpu_hours(now), 5), "limit": b.gpu_hours},
+            "llm_usd": {
+                "used": round(state.llm_usd, 6),
+                "limit": b.llm_usd,
+                "calls": state.llm_calls,
+                "input_tokens": state.llm_input_tokens,
+                "output_tokens": state.llm_output_tokens,
+            },
+        },
+        "recent": [_trial_brief(t) for t in trials if t.status.is_final()][-5:],
+        "invalid_proposals": state.invalid_proposals,
+        "fallbacks": state.fallbacks,
+        "warnings": list(dict.fromkeys(state.warnings + _noise_warning(state)))[-5:],
+        "last_error": state.last_error,
+        "report": str(study_dir / REPORT_FILE) if (study_dir / REPORT_FILE).exists() else None,
+    }
+    if phase == "interrupted":
+        out["hint"] = f"no loop is running: resume with `autoresearch run {study_dir} --resume`"
+    return out
+
+
+def best_code(study_dir: Path, state: StudyState) -> dict[str, Any]:
+    """The best trial's patch in brief (files, +/- lines) and where its full text is."""
+    from autoresearch.code.code_check import chain_of
+    from autoresearch.code.code_diff import summarize
+
+    best = best_trial(state)
+    if best is None or state.code_base is None:
+        return {}
+    chain = chain_of(state.trials, best.number)
+    summary = summarize("".join(chain)) if chain else None
+    return {
+        "parent": best.parent,
+        "patch_summary": summary,
+        "patch_resource": patch_uri(study_dir, best.number) if chain else None,
+    }

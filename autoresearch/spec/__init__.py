@@ -1,0 +1,4 @@
+"""The study file's schema, its search space and the safe reading of YAML.
+
+Imports nothing else of autoresearch.
+"""
