@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 
 from air_skills import settings
@@ -30,6 +31,7 @@ def ensure_home(home: Path) -> Path:
     """
     try:
         home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        refuse_unsafe_home(home)
         (home / "jobs").mkdir(exist_ok=True, mode=0o700)
         owner_only(home, home / "jobs")
     except OSError as exc:
@@ -45,6 +47,75 @@ def ensure_home(home: Path) -> Path:
             home=str(home),
         )
     return home
+
+
+# What in AIR_HOME decides what runs (the code store and its stat cache, the job folders, the
+# state and tracking databases): each must be ours and writable by us alone, like the home.
+TRUSTED_PARTS = (
+    "jobs",
+    "code",
+    "code/blobs",
+    "code/stat_cache.db",
+    "air.db",
+    "air.db-wal",
+    "air.db-shm",
+    "mlflow.db",
+)
+
+
+def refuse_unsafe_home(home: Path) -> None:
+    """Refuse a home another user could change, as OpenSSH refuses such a home or key file.
+
+    The home, its trusted parts and every folder above it must belong to us (or root, above
+    it) and not be writable by group or others (a sticky folder such as /tmp excepted above
+    the home; a part: by others only): another user who can write there can swap the code a
+    launch runs. Refused, never repaired: what they wrote may already be in it. A dozen stats.
+    """
+    uid = os.geteuid()
+    real = home.resolve()
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        pass  # not made yet (the code store used on its own): the folders above still count
+    else:
+        if st.st_uid != uid or st.st_mode & 0o022:
+            _unsafe(home, real, st, "AIR_HOME")
+    # Inside a home that is ours and not writable by others, a part made under a umask of 002
+    # (group-writable) is fine: the home is tightened to 0700 below, so no one else reaches it.
+    for path in (real / part for part in TRUSTED_PARTS):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        if st.st_uid != uid or st.st_mode & 0o002:
+            _unsafe(home, path, st, "AIR_HOME")
+    for parent in real.parents:
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            continue
+        sticky = st.st_mode & stat.S_ISVTX and stat.S_ISDIR(st.st_mode)
+        if st.st_uid not in (uid, 0) or (st.st_mode & 0o022 and not sticky):
+            _unsafe(home, parent, st, "a folder above AIR_HOME")
+
+
+def _unsafe(home: Path, path: Path, st: os.stat_result, where: str) -> None:
+    uid = os.geteuid()
+    mode = stat.filemode(st.st_mode)
+    if st.st_uid != uid and not (where != "AIR_HOME" and st.st_uid == 0):
+        what = f"belongs to uid {st.st_uid}, not to you (uid {uid})"
+        fix = f"`chown -R {uid} {path}` if its content is yours"
+    else:
+        what = f"is writable by other users ({mode})"
+        fix = f"`chmod go-w {path}` if nobody else changed it"
+    raise StoreError(
+        f"{where} is unsafe: {path} {what}; another user could change the code and state that"
+        " `air` runs, so it is not used",
+        code="unsafe-home",
+        hint=f"{fix}, or set AIR_HOME to a folder of your own (mode 0700)",
+        home=str(home),
+        path=str(path),
+    )
 
 
 def owner_only(*paths: Path) -> None:

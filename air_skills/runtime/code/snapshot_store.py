@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from air_skills.errors import InvalidInput
+from air_skills.home import refuse_unsafe_home
 
 RACY_S = 2.0
 CHUNK_BYTES = 1 << 20
@@ -66,7 +67,7 @@ class StatCache:
         self.pending: list[tuple[str, int, int, int, int, str]] = []
         self.conn: sqlite3.Connection | None = None
         try:
-            code_root(home).mkdir(parents=True, exist_ok=True)
+            code_root(home).mkdir(parents=True, exist_ok=True, mode=0o700)
             conn = sqlite3.connect(code_root(home) / "stat_cache.db", timeout=30)
             conn.execute("PRAGMA journal_mode = WAL")
             # No fsync per commit: a commit lost to a power cut only costs a re-read (WAL with
@@ -352,6 +353,7 @@ def build_view(
     path that ran: ``reflink`` (FICLONE), ``copy`` (``copy_file_range`` in the kernel), or
     ``written`` when every file was already present.
     """
+    refuse_unsafe_home(home)  # the blobs copied here are the code the job runs
     overrides = dict(overrides or {})
     files: dict[str, dict[str, Any]] = manifest["files"]
     links: dict[str, str] = manifest.get("symlinks", {})
@@ -400,7 +402,8 @@ def build_view(
 def store_lock(home: Path, shared: bool) -> Iterator[None]:
     """A lock on the store: snapshots take it shared, ``air gc`` exclusive, so a collection
     never removes a blob that a snapshot being taken has just found stored."""
-    code_root(home).mkdir(parents=True, exist_ok=True)
+    refuse_unsafe_home(home)  # stat cache and blobs: what a launch will trust
+    code_root(home).mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(code_root(home) / "gc.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
