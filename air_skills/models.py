@@ -6,6 +6,8 @@ Strict pydantic v2 models: unknown fields are refused, and every problem is repo
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import os
 import re
 import shlex
@@ -80,6 +82,15 @@ def _json_fix(what: str, value: Any) -> str:
     )
 
 
+def _json_key(key: str | float | None) -> str | None:
+    """The text JSON writes for a mapping key (1 -> "1", True -> "true"); None: not finite."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, float) and not math.isfinite(key):
+        return None
+    return json.dumps(key)
+
+
 def json_problem(config: Mapping[str, Any]) -> str | None:
     """Why ``config`` cannot be written as JSON (naming the key), or None when it can.
 
@@ -97,12 +108,27 @@ def json_problem(config: Mapping[str, Any]) -> str | None:
                 f" {MAX_CONFIG_DEPTH} levels), or refers to itself (a YAML alias inside its"
                 " own anchor): write it out plainly, without anchors and aliases"
             )
+        if isinstance(value, float) and not math.isfinite(value):
+            return (
+                f"{path} = {value} is not a finite number, which JSON cannot hold:"
+                f' give a number, or quote it to pass it as text ("{value}")'
+            )
         if value is None or isinstance(value, (str, int, float)):
             continue  # bool is an int
         if isinstance(value, Mapping):
+            names: dict[str, Any] = {}
             for key, item in value.items():
                 if key is not None and not isinstance(key, (str, int, float)):
                     return _json_fix(f"a key under {path}", key)
+                name = _json_key(key)
+                if name is None:
+                    return f"a key under {path} ({key}) is not a finite number: quote it"
+                if name in names:
+                    return (
+                        f"{path} has two keys that JSON writes as {name!r} ({names[name]!r}"
+                        f" and {key!r}; JSON keys are text): keep one"
+                    )
+                names[name] = key
                 stack.append((f"{path}.{key}", item, depth + 1))
         elif isinstance(value, (list, tuple)):
             stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
@@ -150,6 +176,18 @@ class JobSpec(_Strict):
     preemptible: bool = False
     timeout_min: float | None = Field(default=None, gt=0)
     max_retries: int = Field(default=0, ge=0, le=100)
+    stall_timeout_min: float | None = Field(
+        default=None,
+        ge=0,
+        le=10080,
+        description="minutes without progress before the job is stalled (0: off; default:"
+        " AIR_STALL_TIMEOUT_MIN)",
+    )
+    on_stall: Literal["fail", "retry", "notify"] | None = Field(
+        default=None,
+        description="what a stall does (default: retry once when a rank waits in a collective,"
+        " else fail)",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     experiment: str | None = Field(default=None, max_length=500)
     tags: dict[str, str] = Field(default_factory=dict)

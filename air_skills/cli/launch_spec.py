@@ -16,6 +16,16 @@ def parse_value(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    except RecursionError:
+        raise too_deep("a --set value") from None
+
+
+def too_deep(what: str) -> InvalidSpec:
+    """The error for YAML nested past what the parser can follow (its recursion limit)."""
+    return InvalidSpec(
+        f"{what} is nested too deeply to read (a config holds at most a few levels)",
+        hint="write the value out flat: a config is hyperparameters, e.g. --set lr=0.001",
+    )
 
 
 MAX_SPEC_BYTES = 4 << 20  # a job spec is a few lines; this bounds what a mistake reads
@@ -53,6 +63,8 @@ def spec_from_args(
             raise InvalidSpec(
                 f"{spec_file} is not valid YAML: {exc}", hint="fix the YAML"
             ) from None
+        except RecursionError:
+            raise too_deep(str(spec_file)) from None
         if not isinstance(loaded, dict):
             raise InvalidSpec(f"{spec_file} must hold a mapping of JobSpec fields", hint="")
         spec.update(loaded)

@@ -42,6 +42,14 @@ MAX_CONFIG_BYTES = 1_000_000
 CURSOR_RE = re.compile(r"[0-9]{1,18}")
 
 
+def _json_size(config: dict[str, Any]) -> int:
+    """The config's size as JSON; 0 when JSON cannot write it (JobSpec then says why)."""
+    try:
+        return len(json.dumps(config, default=str))
+    except (RecursionError, ValueError):
+        return 0
+
+
 def launch_job(
     client: Client,
     command: Annotated[
@@ -106,7 +114,7 @@ def launch_job(
 ) -> JobReply:
     """Launch a training job (queued; starts when its GPUs are free). dry_run=true first: it
     catches a bad spec, a missing executable or script. An idempotency_key makes retries safe."""
-    if config is not None and len(json.dumps(config, default=str)) > MAX_CONFIG_BYTES:
+    if config is not None and _json_size(config) > MAX_CONFIG_BYTES:
         raise InvalidInput(
             f"config is larger than {MAX_CONFIG_BYTES // 1000} KB",
             hint="pass large inputs as files (data) and keep config to hyperparameters",

@@ -101,7 +101,7 @@ def test_data_path_and_key_nul_refused() -> None:
             {"command": ["true"], "data": [{"name": "d", "path": "/x\0"}], "experiment": "e\0"}
         )
     assert {p.split(":")[0] for p in caught.value.problems} == {"data.0.path", "experiment"}
-    config = {"k": [1, 2.5, None, True, {"n": float("nan"), 3: "int keys are JSON"}]}
+    config = {"k": [1, 2.5, None, True, {"n": 1e-3, 3: "int keys are JSON"}]}
     assert JobSpec.parse({"command": ["true"], "config": config}).config == config
 
 
