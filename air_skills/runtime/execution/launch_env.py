@@ -24,6 +24,12 @@ RESERVED_ENV = frozenset(
     {
         "CUDA_VISIBLE_DEVICES",
         "CUDA_DEVICE_ORDER",
+        # The same choice of GPUs by other names (container runtime, ROCm/HIP, OpenCL): a job
+        # that set one would see GPUs the scheduler gave to others.
+        "NVIDIA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "GPU_DEVICE_ORDINAL",
         "MLFLOW_RUN_ID",
         "MLFLOW_TRACKING_URI",
         "MLFLOW_EXPERIMENT_ID",
