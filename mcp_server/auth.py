@@ -83,18 +83,30 @@ def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
     """The uid owning the client end of a TCP connection to us, from /proc/net/tcp (Linux).
 
     SO_PEERCRED works on Unix sockets only; for TCP the kernel's socket table still records the
-    owner of each end. None when it cannot be told (another OS, an IPv4 client seen through an
-    IPv6 socket that the table does not show, a connection already gone).
+    owner of each end. An IPv4 caller of a dual-stack server (``::ffff:127.0.0.1``) is found
+    in the IPv4 table (its own socket is IPv4), else as mapped in the IPv6 one. None when it
+    cannot be told (another OS, a connection already gone).
     """
     if socket.htonl(1) == 1:  # big-endian: the table's byte order differs; not worth guessing
         return None
-    local = _proc_addr(*client)
-    remote = _proc_addr(*server)
+    forms = [(client, server)]
+    if unmapped(client[0]) != client[0]:
+        forms.insert(0, ((unmapped(client[0]), client[1]), (unmapped(server[0]), server[1])))
+    for (chost, cport), (shost, sport) in forms:
+        uid = _uid_in_table(chost, cport, shost, sport)
+        if uid is not None:
+            return uid
+    return None
+
+
+def _uid_in_table(chost: str, cport: int, shost: str, sport: int) -> int | None:
+    local = _proc_addr(chost, cport)
+    remote = _proc_addr(shost, sport)
     if local is None or remote is None:
         return None
     want_local, want_remote = f"{local[0]}:{local[1]}", f"{remote[0]}:{remote[1]}"
     try:
-        with open(_table_for(client[0]), encoding="ascii") as table:
+        with open(_table_for(chost), encoding="ascii") as table:
             next(table, None)
             for line in table:
                 fields = line.split()
@@ -105,6 +117,21 @@ def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
     return None
 
 
+def can_tell_peer_uid() -> bool:
+    """Whether this kernel's socket tables name each end's uid (Linux, little-endian)."""
+    return socket.htonl(1) != 1 and os.path.exists("/proc/net/tcp")
+
+
+def unmapped(host: str) -> str:
+    """``::ffff:127.0.0.1`` (an IPv4 client of a dual-stack socket) as ``127.0.0.1``."""
+    try:
+        addr = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return host
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return str(mapped) if mapped is not None else host
+
+
 def uid_allowed(uid: int | None) -> bool:
-    """Our own uid and root (which can read the token file anyway); unknown is allowed."""
-    return uid is None or uid in (os.geteuid(), 0)
+    """Our own uid and root (which can read the token file anyway); unknown is refused."""
+    return uid is not None and uid in (os.geteuid(), 0)

@@ -20,7 +20,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mcp_server.auth import peer_uid, uid_allowed
+from mcp_server.auth import can_tell_peer_uid, peer_uid, uid_allowed, unmapped
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
 DEFAULT_MAX_BODY_BYTES = 1_000_000
@@ -35,7 +35,7 @@ def is_loopback(host: str) -> bool:
     if host.strip("[]") == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return ipaddress.ip_address(unmapped(host.strip("[]"))).is_loopback
     except ValueError:
         return False
 
@@ -130,9 +130,9 @@ class HttpGuard:
                 [(b"www-authenticate", challenge.encode())],
             )
             return
-        uid = _loopback_peer_uid(scope)
-        if not uid_allowed(uid):
-            await _refuse(send, 403, f"connection from another local user (uid {uid}) refused")
+        refusal = _peer_refusal(scope)
+        if refusal:
+            await _refuse(send, 403, refusal)
             return
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
@@ -141,12 +141,21 @@ class HttpGuard:
         await self.app(scope, receive, send)
 
 
-def _loopback_peer_uid(scope: Scope) -> int | None:
-    """The uid of a loopback caller (None when not loopback or not known)."""
+def _peer_refusal(scope: Scope) -> str | None:
+    """Why a loopback caller is refused (another uid, or one the kernel's table does not
+    name); None for our own uid, root, a remote caller (the token is its check) or an OS whose
+    tables cannot tell. IPv4 callers of a dual-stack server (``::ffff:127.0.0.1``) included."""
     client, server = scope.get("client"), scope.get("server")
-    if not client or not server or not is_loopback(client[0]) or server[1] is None:
+    if not client or not server or server[1] is None or not is_loopback(client[0]):
         return None
-    return peer_uid((client[0], client[1]), (server[0], server[1]))
+    if not can_tell_peer_uid():
+        return None
+    uid = peer_uid((client[0], client[1]), (server[0], server[1]))
+    if uid is None:
+        return "connection from a local process whose uid the kernel does not name: refused"
+    if not uid_allowed(uid):
+        return f"connection from another local user (uid {uid}) refused"
+    return None
 
 
 async def _refuse(
