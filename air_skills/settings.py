@@ -125,6 +125,13 @@ _TABLE = (
         "a number of seconds >= 0", _at_least(0),
     ),
     Setting(
+        "AIR_STALL_TIMEOUT_MIN", "float", 30.0,
+        "minutes a running job may go without progress (no log output, no new metric step,"
+        " idle GPUs, outside a declared phase) before it is stalled: its stacks are saved and"
+        " its `on_stall` applies; a spec's `stall_timeout_min` wins (0: off)",
+        "a number of minutes >= 0", _at_least(0),
+    ),
+    Setting(
         "AIR_MAX_INFRA_RETRIES", "int", 3,
         "infra failures (GPU fault, failed preflight, lost supervisor) after which a job is no"
         " longer requeued",

@@ -52,7 +52,7 @@ from air_skills.runtime.scheduling import passes
 from air_skills.runtime.scheduling.spawn import prestart_launch
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
-from air_skills.runtime.supervision import gpu_checks
+from air_skills.runtime.supervision import gpu_checks, stall
 from air_skills.runtime.supervision.data_recheck import DataRecheck
 from air_skills.runtime.supervision.idle import wait_for_job
 
@@ -116,6 +116,8 @@ class Supervisor:
         self.image: container.ContainerJob | None = None  # a job run by a container engine
         self.timed_out = False
         self.late: str | None = None  # a gang rendezvous timed out (execution/rendezvous.py)
+        self.stalled: stall.Stall | None = None  # the job stopped moving (supervision/stall.py)
+        self.stall_watch: stall.StallWatch | None = None
         self._warm: RunWork | None = None
         self._recheck: DataRecheck | None = None
 
@@ -264,6 +266,9 @@ class Supervisor:
         first_check = 0.0 if self.job_pid and self._started is None else 1.0
         next_db_check = time.monotonic() + first_check
         self.joins = watch_joins(job_dir(self.home, self.job_id), self.row, self.spec, self.gpus)
+        self.stall_watch = stall.watch(
+            self.home, job_dir(self.home, self.job_id), self.row, self.spec, self.gpus
+        )
         pidfd = signals.pidfd(child.pid)
         try:
             return self._watch_loop(child, deadline, next_health, next_db_check, pidfd)
@@ -301,6 +306,12 @@ class Supervisor:
                 if late is not None:
                     self.late = describe_late(late, self.row.log_path)
                     return self._terminate()
+                if self.stall_watch is not None:
+                    self.stalled = stall.tick(
+                        self.stall_watch, self.store, self.row, self.spec, now, self._pids
+                    )
+                    if self.stalled is not None:
+                        return self._terminate()
             if deadline is not None and now >= deadline:
                 self.timed_out = True
                 return self._terminate()
@@ -323,6 +334,11 @@ class Supervisor:
                 time.sleep(min(timeout_s, POLL_S))  # short: a stop is seen within POLL_S
             return
         signals.wait_readable([pidfd], timeout_s)
+
+    def _pids(self) -> list[int]:
+        """The job's processes: its command and every descendant (a gang's ranks)."""
+        assert self.child is not None
+        return [self.child.pid, *proc.descendants(self.child.pid)[0]]
 
     def _terminate(self) -> int:
         child = self.child
@@ -359,6 +375,14 @@ class Supervisor:
         faults = [] if stop in ("cancel", "preempt") else self.infra_faults
         if self.late is not None and stop is None and not faults:  # the gang was stopped
             self._record(late_outcome(self.late, row, self.spec))
+            return
+        if self.stall_watch is not None:
+            self.stall_watch.finish()
+        if self.stalled is not None and stop is None and not faults:  # it stopped moving
+            jdir = job_dir(self.home, self.job_id)
+            ready = self._warm.ready if self._warm is not None else None
+            stall.attach(self.home, jdir, self.row, self.stalled, ready)
+            self._record(stall.outcome(self.stalled, row, self.spec))
             return
         # A failure of its own: which rank failed first (a gang), and NCCL's signatures.
         failure = gang.Failure(rc if rc >= 0 else None, -rc if rc < 0 else None)

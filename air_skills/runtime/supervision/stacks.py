@@ -1,0 +1,227 @@
+"""Evidence of what a job was doing: every process's stack, taken before anything is killed.
+
+A Python process is read with ``py-spy dump`` (native frames where it can); any other process
+gets its ``/proc`` state and wchan (the kernel function it sleeps in). The dumps go to
+``stacks.txt`` in the job's folder; ``summary`` turns them into one line (``rank 1 in
+all_reduce (distributed_c10d.py:2806) from train.py:12; rank 0 in train.py:9 <module>``), and
+``collective_wait`` says whether a rank sits in a collective or a rendezvous (an infra hang).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PY_SPY_TIMEOUT_S = 10.0
+# torch.distributed calls that wait for the other ranks: a rank stuck in one is waiting for a
+# peer (or the network), not running its own code.
+COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_to_all",
+        "all_to_all_single",
+        "reduce",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "broadcast",
+        "broadcast_object_list",
+        "barrier",
+        "monitored_barrier",
+        "gather",
+        "scatter",
+        "send",
+        "recv",
+        "init_process_group",
+        "rendezvous",
+        "_store_based_barrier",
+        "new_group",
+    }
+)
+_FRAME = re.compile(r"^\s+(?P<func>.+?) \((?P<file>.+?):(?P<line>\d+)\)\s*$")
+_THREAD = re.compile(r'^Thread (?:0x[0-9a-fA-F]+|\d+) \([^)]*\)(?:: "(?P<name>.*)")?')
+_LIBRARY = ("site-packages", "dist-packages", f"python{sys.version_info[0]}.")
+
+
+@dataclass(frozen=True)
+class Frame:
+    func: str
+    file: str
+    line: int
+
+    def is_library(self) -> bool:
+        return any(part in self.file for part in _LIBRARY) or self.file.startswith("<frozen")
+
+    def is_collective(self) -> bool:
+        return self.func in COLLECTIVES and "distributed" in self.file
+
+
+@dataclass
+class ProcessStack:
+    """One process's dump: its rank (a gang's), main-thread frames (innermost first), text."""
+
+    pid: int
+    rank: int | None
+    text: str
+    frames: list[Frame] = field(default_factory=list)
+    python: bool = False
+
+    def where(self) -> str:
+        """``all_reduce (distributed_c10d.py:2806) from train.py:12`` or ``train.py:9 step()``;
+        for a process py-spy could not read, its kernel state and wchan."""
+        if not self.frames:
+            return self.text.strip().splitlines()[-1] if self.text.strip() else "no stack"
+        inner = self.frames[0]
+        user = next((f for f in self.frames if not f.is_library()), None)
+        if user is inner:
+            return f"{os.path.basename(inner.file)}:{inner.line} {inner.func}()"
+        text = f"{inner.func} ({os.path.basename(inner.file)}:{inner.line})"
+        if user is not None:
+            text += f" from {os.path.basename(user.file)}:{user.line}"
+        return text
+
+
+def py_spy() -> str | None:
+    """The py-spy executable: beside this interpreter (the venv's), else on PATH."""
+    here = Path(sys.executable).with_name("py-spy")
+    return os.fspath(here) if here.exists() else shutil.which("py-spy")
+
+
+def _rank(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    for entry in env:
+        if entry.startswith(b"RANK="):
+            value = entry[5:]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _proc_text(pid: int) -> str:
+    """``state S (sleeping), wchan do_epoll_wait``: what the kernel says a process waits on."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("State:")), "?")
+    except OSError:
+        return f"pid {pid}: gone"
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip() or "0"
+    except OSError:
+        wchan = "?"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        argv = "?"
+    return f"pid {pid} ({argv}): state {state}, wchan {wchan}"
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return False
+    return exe.startswith("python") or exe.startswith("pypy")
+
+
+def parse_main_frames(dump: str) -> list[Frame]:
+    """The frames (innermost first) of the dump's main thread (else its first thread)."""
+    threads: list[tuple[str, list[Frame]]] = []
+    for line in dump.splitlines():
+        m = _THREAD.match(line)
+        if m:
+            threads.append((m.group("name") or "", []))
+            continue
+        f = _FRAME.match(line)
+        # Python frames only: native ones (--native) name a .so or a C++ file.
+        if f and threads and (f.group("file").endswith(".py") or f.group("file").startswith("<")):
+            threads[-1][1].append(Frame(f.group("func"), f.group("file"), int(f.group("line"))))
+    for name, frames in threads:
+        if name == "MainThread" and frames:
+            return frames
+    return next((frames for _, frames in threads if frames), [])
+
+
+def dump(pids: list[int], timeout_s: float = PY_SPY_TIMEOUT_S) -> list[ProcessStack]:
+    """Every process's stack, the dumps taken side by side (each within ``timeout_s``)."""
+    exe = py_spy()
+    running: list[tuple[int, subprocess.Popen[str] | None]] = []
+    for pid in pids:
+        proc = None
+        if exe is not None and _is_python(pid):
+            try:
+                proc = subprocess.Popen(
+                    [exe, "dump", "--native", "--pid", str(pid)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                )
+            except OSError:
+                proc = None
+        running.append((pid, proc))
+    deadline = time.monotonic() + timeout_s
+    out = []
+    for pid, proc in running:
+        text, python = "", False
+        if proc is not None:
+            try:
+                text, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                python = proc.returncode == 0
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+        if not python:  # py-spy could not read it (or it is not Python): the kernel's view
+            text = (text.strip() + "\n" if text.strip() else "") + _proc_text(pid)
+        frames = parse_main_frames(text) if python else []
+        out.append(ProcessStack(pid, _rank(pid), text, frames, python))
+    return out
+
+
+def pick(stacks: list[ProcessStack]) -> list[ProcessStack]:
+    """The processes that the summary names: each rank of a gang (else the Python ones with
+    frames, else all): torchrun's own agent is left out where there are ranks."""
+    ranked = sorted((s for s in stacks if s.rank is not None), key=lambda s: s.rank or 0)
+    if ranked:
+        return ranked
+    framed = [s for s in stacks if s.frames]
+    return framed or stacks
+
+
+def summary(stacks: list[ProcessStack]) -> str:
+    """One line: ``rank 1 in all_reduce (distributed_c10d.py:2806); rank 0 in t.py:9 f()``."""
+    parts = []
+    for s in pick(stacks)[:8]:
+        who = f"rank {s.rank}" if s.rank is not None else f"pid {s.pid}"
+        parts.append(f"{who} in {s.where()}")
+    return "; ".join(parts) or "no process left to read"
+
+
+def collective_wait(stacks: list[ProcessStack]) -> bool:
+    """Whether some process waits in a torch.distributed collective or rendezvous."""
+    return any(f.is_collective() for s in stacks for f in s.frames)
+
+
+def save(path: Path, stacks: list[ProcessStack], headline: str) -> str | None:
+    """Write the dumps to ``path`` (the job's stacks.txt); its path, or None if it failed."""
+    body = [headline, ""]
+    for s in stacks:
+        who = f"rank {s.rank}, " if s.rank is not None else ""
+        body += [f"=== {who}pid {s.pid} ===", s.text.rstrip(), ""]
+    try:
+        path.write_text("\n".join(body))
+    except OSError:
+        return None
+    return os.fspath(path)

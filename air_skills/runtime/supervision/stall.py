@@ -1,0 +1,357 @@
+"""Stall detection on the supervisor's tick: a job that stops moving is found, read and acted on.
+
+Progress is any of: the job's log grew (a ``\\r`` progress bar too), a metric of its MLflow run
+reached a new step (the same step logged again is not progress), a GPU of the job is busy
+(utilisation from the provider), or a phase opened or closed (``air_skills.job.phase``). Each
+tick costs two ``stat`` calls; the run's metrics and the GPUs are read only once the log has
+been quiet a while. A job quiet for longer than its budget (``stall_timeout_min``, else
+AIR_STALL_TIMEOUT_MIN; an open phase's ``expect_min`` when longer) is stalled: the stacks of
+all its processes are taken (stacks.py) before anything is done, then ``on_stall`` decides:
+``fail`` (the job's own failure, reason ``stalled``), ``retry`` (an infra retry), ``notify``
+(it keeps running; its message says so), or by default an infra retry once when a rank waits
+in a collective or rendezvous, else ``fail``. The longest quiet gap of each attempt is kept in
+``progress.json`` (a study's ``stall: auto`` reads it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from air_skills import settings
+from air_skills.gpu.providers import provider
+from air_skills.home import read_launch_env
+from air_skills.runtime.execution import gang
+from air_skills.runtime.results.outcomes import AttemptEnd, InfraFailure, Outcome, classify
+from air_skills.runtime.supervision import stacks
+
+NAME = "AIR_STALL_TIMEOUT_MIN"
+MARK = "reason: stalled"  # in the message of every job the watch stopped
+PHASES = ("phases", "checkpoints/.air-phases")  # air_skills/job.py writes there
+PROGRESS = "progress.json"
+STACKS = "stacks.txt"
+GPU_BUSY_PCT = 5.0  # a GPU of the job at least this busy is working
+
+
+def timeout_s(spec: dict[str, Any], launched: dict[str, str] | None) -> float | None:
+    """The job's stall budget in seconds: its spec's, else AIR_STALL_TIMEOUT_MIN as it was
+    launched with (else this process's); None when off (0)."""
+    minutes = spec.get("stall_timeout_min")
+    if minutes is None:
+        if launched and settings.raw(NAME, launched) and not settings.problem(NAME, launched):
+            minutes = settings.get(NAME, launched)
+        else:
+            minutes = settings.get(NAME)
+    return float(minutes) * 60 if minutes else None
+
+
+def minutes(seconds: float) -> str:
+    m = seconds / 60
+    return f"{m:.2g}" if m < 10 else f"{m:.0f}"
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A stalled attempt: how long it was quiet, its budget, and what its processes did."""
+
+    silent_s: float
+    budget_s: float
+    summary: str  # one line: where each rank (or process) was
+    infra: bool  # some rank waits in a collective or rendezvous
+    stacks_path: str | None
+    phase: str | None = None
+
+    def what(self) -> str:
+        """``stalled 31 min: rank 1 in all_reduce (...); rank 0 in train.py:88 step()``"""
+        where = f" in phase {self.phase!r}" if self.phase else ""
+        return f"stalled {minutes(self.silent_s)} min{where}: {self.summary}"
+
+
+class StallWatch:
+    """One attempt's progress signals and stall clock (monotonic seconds)."""
+
+    def __init__(
+        self,
+        jdir: Path,
+        log_path: str,
+        budget_s: float,
+        *,
+        metrics_db: Path | None = None,
+        run_id: str | None = None,
+        gpus: list[int] | None = None,
+        now: float | None = None,
+    ) -> None:
+        self.jdir = jdir
+        self.log_path = log_path
+        self.budget_s = budget_s
+        self.metrics_db = metrics_db
+        self.run_id = run_id
+        self.gpus = gpus or []
+        self.started = time.monotonic() if now is None else now
+        self.started_wall = time.time()
+        self.last_progress = self.started
+        self.max_gap_s = 0.0
+        self.deep_every = min(10.0, max(0.5, budget_s / 6))
+        self.next_deep = self.started + self.deep_every
+        self.notified = False
+        self._log_size = self._size(log_path)
+        self._phase_mtimes = self._phase_stamp()
+        self._steps: dict[str, int] = {}
+        self._db: sqlite3.Connection | None = None
+
+    # --- the signals ------------------------------------------------------------------------
+
+    @staticmethod
+    def _size(path: str) -> int:
+        try:
+            return os.stat(path).st_size
+        except OSError:
+            return -1
+
+    def _phase_stamp(self) -> tuple[float, ...]:
+        out = []
+        for sub in PHASES:
+            try:
+                out.append(os.stat(self.jdir / sub).st_mtime)
+            except OSError:
+                out.append(0.0)
+        return tuple(out)
+
+    def _cheap(self) -> bool:
+        """The log grew, or a phase opened or closed: two stats."""
+        size = self._size(self.log_path)
+        stamp = self._phase_stamp()
+        moved = size != self._log_size or stamp != self._phase_mtimes
+        self._log_size, self._phase_mtimes = size, stamp
+        return moved
+
+    def _metric_steps(self) -> bool:
+        """A metric of the run reached a step it had not (or a new metric appeared)."""
+        if self.metrics_db is None or not self.run_id:
+            return False
+        try:
+            if self._db is None:
+                uri = f"file:{self.metrics_db}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, timeout=0.2, check_same_thread=False)
+            rows = self._db.execute(
+                "SELECT key, step FROM latest_metrics WHERE run_uuid = ?", (self.run_id,)
+            ).fetchall()
+        except sqlite3.Error:
+            return False
+        moved = False
+        for key, step in rows:
+            if step is not None and (key not in self._steps or step > self._steps[key]):
+                moved = True
+                self._steps[key] = step
+        return moved
+
+    def _gpu_busy(self) -> bool:
+        if not self.gpus:
+            return False
+        try:
+            readings = provider().readings(self.gpus)
+        except Exception:  # a GPU read that fails is no evidence either way
+            return False
+        return any((getattr(r, "utilization_pct", None) or 0) >= GPU_BUSY_PCT for r in readings)
+
+    def _progress(self, now: float) -> None:
+        self.max_gap_s = max(self.max_gap_s, now - self.last_progress)
+        self.last_progress = now
+        self.next_deep = now + self.deep_every
+        self.notified = False
+
+    def open_phase(self) -> tuple[str, float] | None:
+        """The open phase with the longest budget (name, seconds), from this attempt."""
+        best: tuple[str, float] | None = None
+        for sub in PHASES:
+            folder = self.jdir / sub
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                if not name.endswith(".json"):
+                    continue
+                try:
+                    path = folder / name
+                    if path.stat().st_mtime < self.started_wall - 1:
+                        continue  # left by an earlier attempt
+                    record = json.loads(path.read_text()[:4096])
+                    budget = float(record["expect_min"]) * 60
+                    label = str(record.get("name", "phase"))[:80]
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+                if best is None or budget > best[1]:
+                    best = (label, budget)
+        return best
+
+    # --- the tick ---------------------------------------------------------------------------
+
+    def check(self, now: float, pids: Callable[[], list[int]]) -> Stall | None:
+        """A Stall (with the stacks taken) once the job has been quiet past its budget."""
+        moved = self._cheap()
+        if not moved and now >= self.next_deep:
+            self.next_deep = now + self.deep_every
+            moved = self._metric_steps() or self._gpu_busy()
+        if moved:
+            self._progress(now)
+            return None
+        silent = now - self.last_progress
+        if silent < self.budget_s or self.notified:
+            return None
+        phase = self.open_phase()
+        if phase is not None and silent < max(self.budget_s, phase[1]):
+            return None
+        if self._metric_steps() or self._gpu_busy():  # one last look before acting
+            self._progress(now)
+            return None
+        self.max_gap_s = max(self.max_gap_s, silent)
+        return self._evidence(silent, phase[0] if phase else None, pids())
+
+    def _evidence(self, silent: float, phase: str | None, pids: list[int]) -> Stall:
+        found = stacks.dump(pids)
+        line = stacks.summary(found)
+        quiet = self._rank_quiet()
+        headline = f"stalled {minutes(silent)} min (budget {minutes(self.budget_s)} min)"
+        if quiet:
+            headline += f"; last output: {quiet}"
+        path = stacks.save(self.jdir / STACKS, found, f"{headline}\n{line}")
+        return Stall(silent, self.budget_s, line, stacks.collective_wait(found), path, phase)
+
+    def _rank_quiet(self) -> str:
+        """``rank 0 12 s ago, rank 1 40 s ago`` from a gang's per-rank output files."""
+        ages: dict[int, float] = {}
+        root = gang.rank_log_dir(self.jdir)
+        for folder, _, files in os.walk(root):
+            rank = os.path.basename(folder)
+            if not rank.isdigit():
+                continue
+            for name in files:
+                try:
+                    mtime = os.stat(os.path.join(folder, name)).st_mtime
+                except OSError:
+                    continue
+                if mtime >= self.started_wall - 1:
+                    ages[int(rank)] = min(ages.get(int(rank), 1e18), time.time() - mtime)
+        return ", ".join(f"rank {r} {a:.0f} s ago" for r, a in sorted(ages.items()))
+
+    def finish(self, now: float | None = None) -> None:
+        """Keep the attempt's longest quiet gap in progress.json (for ``stall: auto``)."""
+        now = time.monotonic() if now is None else now
+        gap = max(self.max_gap_s, now - self.last_progress if self._cheap() else 0.0)
+        record = {"max_gap_s": round(gap, 3), "ran_s": round(now - self.started, 3)}
+        try:
+            (self.jdir / PROGRESS).write_text(json.dumps(record))
+        except OSError:
+            pass
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def watch(
+    home: Path, jdir: Path, row: Any, spec: dict[str, Any], gpus: list[int]
+) -> StallWatch | None:
+    """The stall watch of a started attempt (None: stall detection is off for it)."""
+    launched = read_launch_env(jdir)
+    budget = timeout_s(spec, launched)
+    if budget is None or not row.log_path:
+        return None
+    db = None
+    if row.run_id:
+        from air_skills.tracking.mlflow import tracking_uri
+        from air_skills.tracking.sqlite_store import sqlite_path
+
+        db = sqlite_path((launched or {}).get("MLFLOW_TRACKING_URI") or tracking_uri(home))
+    return StallWatch(jdir, row.log_path, budget, metrics_db=db, run_id=row.run_id, gpus=gpus)
+
+
+def outcome(stall: Stall, row: Any, spec: dict[str, Any]) -> Outcome:
+    """The job's next state after the watch stopped it (see the module's docstring)."""
+    on_stall = spec.get("on_stall")
+    what = stall.what()
+    where = f"stacks: {stall.stacks_path}" if stall.stacks_path else "no stacks could be saved"
+    if on_stall == "retry" or (on_stall is None and stall.infra):
+        end = AttemptEnd(
+            row.job_id,
+            signal="SIGTERM",
+            infra=InfraFailure(what, "lost"),
+            infra_retries=row.infra_retries,
+            max_infra_retries=None if on_stall == "retry" else 1,
+        )
+        out = classify(end)
+        why = "a rank waits in a collective" if stall.infra else "on_stall: retry"
+        if out.action == "requeue":
+            text = f"QUEUED: {what} ({why}: failure_kind infra, {MARK}; {where}); retried"
+            return replace(out, message=text)
+        return replace(
+            out,
+            message=f"FAILED (infra, {MARK}): {what} ({why}; {where}); stall retries spent."
+            " Next: read the stacks file and `air logs "
+            f"{row.job_id} --rank N`; check the network and GPUs (`air doctor --deep`), relaunch",
+        )
+    end = AttemptEnd(
+        row.job_id,
+        signal="SIGTERM",
+        user_retries=row.user_retries,
+        max_retries=spec.get("max_retries", 0),
+    )
+    out = classify(end)
+    if out.action == "requeue":
+        retry = f"retry {end.user_retries + 1} of {end.max_retries}"
+        return replace(out, message=f"QUEUED: {what} ({MARK}; {where}); {retry}")
+    return replace(
+        out,
+        message=f"FAILED: {what} ({MARK}; {where}). Next: fix the hang at that line; wrap a long"
+        " quiet step in `air_skills.job.phase(name, expect_min)` or raise stall_timeout_min,"
+        " then relaunch",
+    )
+
+
+def notify_message(stall: Stall) -> str:
+    """A running job's message once it stalled under ``on_stall: notify``."""
+    where = f"; stacks: {stall.stacks_path}" if stall.stacks_path else ""
+    return f"RUNNING: {stall.what()} ({MARK}; on_stall: notify, still running{where})"
+
+
+def tick(
+    watch: StallWatch, store: Any, row: Any, spec: dict[str, Any], now: float, pids: Any
+) -> Stall | None:
+    """The watch's turn on the supervisor's tick: a Stall when the job is to be stopped.
+    Under ``on_stall: notify`` the job keeps running and its message says it stalled (until
+    it moves again)."""
+    was_notified = watch.notified
+    found = watch.check(now, pids)
+    if was_notified and not watch.notified:  # it moved again
+        store.set_message(row.job_id, "RUNNING: moving again after a stall")
+    if found is None:
+        return None
+    store.event(row.job_id, "stalled", found.what())
+    if spec.get("on_stall") == "notify":
+        watch.notified = True
+        store.set_message(row.job_id, notify_message(found))
+        return None
+    return found
+
+
+def attach(home: Path, jdir: Path, row: Any, found: Stall, ready: Any = None) -> None:
+    """The stacks file as an artifact of the job's MLflow run (best effort)."""
+    if not row.run_id or not found.stacks_path:
+        return
+    if ready is not None:  # importing MLflow from two threads at once breaks it
+        ready.wait(timeout=60)
+    try:
+        from air_skills.runtime.runs.job_run import job_uri
+        from air_skills.tracking.mlflow import MlflowTracker
+
+        text = Path(found.stacks_path).read_text()
+        name = f"air/stacks-attempt-{row.attempts}.txt"
+        MlflowTracker(home, job_uri(home, jdir)).log_text(row.run_id, text, name)
+    except Exception:
+        pass  # the stacks stay in the job's folder

@@ -1,0 +1,140 @@
+"""Stall detection on real jobs: a silent loop is found, read and failed; healthy quiet jobs
+(metric steps, \\r progress bars, a declared phase) are left alone."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from helpers import wait_until
+
+from air_skills import Client, JobSpec, JobStatus
+from air_skills.home import job_dir
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parents[3]
+
+LOOP = """
+import time
+print("starting", flush=True)
+def spin():
+    while True:
+        x = 1  # the loop's line
+spin()
+"""
+
+
+def test_silent_loop_is_stalled_with_its_stack_and_failed(client: Client) -> None:
+    timeout_s = 3.0
+    info = client.launch(
+        JobSpec(command=[PY, "-c", LOOP], stall_timeout_min=timeout_s / 60, track=False)
+    )
+    started = time.monotonic()
+    done = client.wait([info.job_id], timeout_s=60)[0]
+    took = time.monotonic() - started
+    assert done.status == JobStatus.FAILED, done.message
+    assert done.failure_kind == "user"
+    assert "reason: stalled" in done.message and "stalled 0.05 min" in done.message
+    assert "<string>:6 spin()" in done.message  # the loop's line, from its stack
+    stacks = (job_dir(client.home, info.job_id) / "stacks.txt").read_text()
+    assert "spin (<string>:6)" in stacks
+    # Found within the timeout plus a few seconds (the tick, the dump and the SIGTERM).
+    assert took < timeout_s + 15, took
+    assert client.get(info.job_id).status == JobStatus.FAILED
+
+
+def test_silence_from_the_start_is_covered(client: Client) -> None:
+    """A job that never prints and never logs: stalled too."""
+    code = "import time\nwhile True:\n    time.sleep(0.05)\n"
+    info = client.launch(JobSpec(command=[PY, "-c", code], stall_timeout_min=0.03, track=False))
+    done = client.wait([info.job_id], timeout_s=60)[0]
+    assert done.status == JobStatus.FAILED and "reason: stalled" in done.message
+    assert "<string>:3 <module>()" in done.message
+
+
+METRICS = """
+import os, time, mlflow
+with mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"]):
+    for step in range(14):
+        mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+        time.sleep(1)
+"""
+
+
+def test_new_metric_steps_without_prints_are_progress(client: Client) -> None:
+    """A new step every second for 14 s, nothing printed, a 9 s stall timeout (room for
+    MLflow's import on a loaded machine): not stalled."""
+    info = client.launch(JobSpec(command=[PY, "-c", METRICS], stall_timeout_min=0.15))
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    assert "stalled" not in done.message
+    log = Path(done.log_path or "").read_text()
+    assert log.strip() == "" or "loss" not in log  # it printed no progress of its own
+
+
+SAME_STEP = """
+import os, time, mlflow
+with mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"]):
+    while True:
+        mlflow.log_metric("loss", 0.5, step=3)  # the same step again: not progress
+        time.sleep(0.5)
+"""
+
+
+def test_the_same_step_logged_again_is_not_progress(client: Client) -> None:
+    info = client.launch(JobSpec(command=[PY, "-c", SAME_STEP], stall_timeout_min=0.05))
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    assert done.status == JobStatus.FAILED and "reason: stalled" in done.message
+
+
+BAR = """
+import sys, time
+for i in range(10):
+    sys.stdout.write(f"\\r{i * 10}% |{'#' * i}{' ' * (10 - i)}|")
+    sys.stdout.flush()
+    time.sleep(0.6)
+print()
+"""
+
+
+def test_a_carriage_return_progress_bar_is_progress(client: Client) -> None:
+    info = client.launch(JobSpec(command=[PY, "-c", BAR], stall_timeout_min=0.03, track=False))
+    done = client.wait([info.job_id], timeout_s=60)[0]
+    assert done.status == JobStatus.SUCCEEDED, done.message
+
+
+PHASE = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from air_skills.job import phase
+print("saving", flush=True)
+with phase("checkpoint", expect_min=3):
+    time.sleep(8)  # a long quiet save: past the 3 s stall timeout, within the phase's 3 min
+print("saved", flush=True)
+"""
+
+
+def test_a_declared_phase_is_not_stalled(client: Client) -> None:
+    code = PHASE.format(repo=str(REPO))
+    info = client.launch(JobSpec(command=[PY, "-c", code], stall_timeout_min=0.05, track=False))
+    jdir = job_dir(client.home, info.job_id)
+    wait_until(lambda: list((jdir / "phases").glob("*.json")), timeout_s=30)
+    done = client.wait([info.job_id], timeout_s=60)[0]
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    assert not list((jdir / "phases").glob("*.json"))  # closed with the block
+    gap = (jdir / "progress.json").read_text()
+    assert '"max_gap_s"' in gap
+
+
+def test_notify_keeps_the_job_running_and_says_so(client: Client) -> None:
+    code = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+    spec = JobSpec(command=[PY, "-c", code], stall_timeout_min=0.03, on_stall="notify")
+    info = client.launch(spec.model_copy(update={"track": False}))
+    seen = wait_until(
+        lambda: (j := client.get(info.job_id)).message.startswith("RUNNING: stalled") and j,
+        timeout_s=60,
+    )
+    assert seen.status == JobStatus.RUNNING and "on_stall: notify" in seen.message
+    assert "time.sleep" in seen.message or "<string>:3" in seen.message
+    client.cancel(info.job_id)
