@@ -122,6 +122,40 @@ class Client:
         with pinned_snapshot(snapshot):
             return self._launch(spec, dry_run, snapshot, strict=strict)
 
+    def launch_many(
+        self,
+        specs: list[dict[str, Any]],
+        dry_run: bool = False,
+        idempotency_key: str | None = None,
+    ) -> list[JobInfo]:
+        """Launch many jobs as one: every item validated and dry-run checked (executable,
+        script, data, patch) before any is queued; one refused item refuses them all, each
+        problem named. Item n without its own key gets ``idempotency_key#n``."""
+        from air_skills.batch import launch_all
+
+        return launch_all(
+            specs,
+            check=lambda spec: self._launch(spec, True, strict=True),
+            launch=None if dry_run else (lambda spec: self._launch(spec, False)),
+            idempotency_key=idempotency_key,
+        )
+
+    def seed_groups(
+        self,
+        job_ids: list[str],
+        metric: str,
+        direction: Direction = "minimize",
+        seed_key: str = "seed",
+    ) -> list[dict[str, Any]]:
+        """The jobs grouped by all but their seed (spec, code, config but ``seed_key``): n,
+        mean and std of the metric's final value over SUCCEEDED members; best mean first."""
+        from air_skills.batch import seed_groups_of
+
+        self.reconcile()
+        rows = [self._row(j) for j in dict.fromkeys(job_ids)]
+        scores = self.scores([r.job_id for r in rows], metric, direction)
+        return seed_groups_of(rows, scores, seed_key, direction)
+
     @property
     def code(self) -> Any:
         """Code-snapshot verbs: ``diff(a, b)``, ``patch(job)``, ``export(...)``, ``gc()``."""

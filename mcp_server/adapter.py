@@ -68,11 +68,15 @@ def compact_schema(node: Any, in_properties: bool = False) -> Any:
     for key, value in node.items():
         if key == "title" and isinstance(value, str):
             continue
-        if key == "default" and value is None:
-            continue
-        if key in ("maxLength", "maxItems") and value >= LOOSE_BOUND:
+        if key == "default" and (value is None or value is False):
+            continue  # an absent flag is false: no need to say so
+        if key == "minLength" and value == 1:
+            continue  # refused by the server all the same
+        if key in ("maxLength", "maxItems", "maximum") and value >= LOOSE_BOUND:
             continue  # enforced by the server all the same; not worth sending each session
         out[key] = compact_schema(value, in_properties=key in ("properties", "$defs"))
+    if out.get("type") == "string" and ("enum" in out or "const" in out):
+        del out["type"]  # the listed strings say it
     branches = out.get("anyOf")
     if isinstance(branches, list) and {"type": "null"} in branches:
         rest = [b for b in branches if b != {"type": "null"}]
@@ -89,7 +93,7 @@ def shape_only(node: Any) -> Any:
         return [shape_only(v) for v in node]
     if not isinstance(node, dict):
         return node
-    drop = ("description", "default", "format", "additionalProperties", "$defs", "enum")
+    drop = ("description", "default", "format", "additionalProperties", "$defs", "enum", "required")
     if "$ref" in node:  # a nested model: an object (its fields are in the text and the docs)
         return {"type": "object"}
     out = {}

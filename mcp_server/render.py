@@ -9,7 +9,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from mcp_server.schemas import CompareReply, JobPage, LogReply, WaitReply
+from air_skills.batch import group_line
+from mcp_server.schemas import BatchReply, CompareReply, JobPage, LogReply, SeedGroup, WaitReply
 
 CONFIG_CHARS = 300
 MESSAGE_CHARS = 200
@@ -128,7 +129,7 @@ def render_page(page: JobPage) -> str:
         return "\n".join(lines)
     for j in page.items:
         lines.append(f"{j.job_id} {j.name} {j.status}{_kind(j)} {render_score(j.score)}")
-    return "\n".join(lines)
+    return "\n".join(lines + render_groups(page.groups, page.metric))
 
 
 def _kind(job: Any) -> str:
@@ -155,7 +156,7 @@ def render_wait(reply: WaitReply) -> str:
         lines.append(job_line(job, reply.metric))
         if job.log_tail:
             lines.append(frame_output(job.job_id, job.log_tail[-WAIT_TAIL_CHARS:]))
-    return "\n".join(lines)
+    return "\n".join(lines + render_groups(reply.groups, reply.metric))
 
 
 def render_compare(reply: CompareReply) -> str:
@@ -181,7 +182,34 @@ def render_compare(reply: CompareReply) -> str:
         if row.code:
             line += f"; code {row.code[:300]}"
         lines.append(line)
+    return "\n".join(lines + render_groups(reply.groups, reply.metric))
+
+
+def render_batch(reply: BatchReply) -> str:
+    """``launched 9 job(s)`` then one line per job: id, status, name."""
+    head = f"{'dry run: would launch' if reply.dry_run else 'launched'} {len(reply.jobs)} job(s)"
+    lines = [head + ("; nothing was launched" if reply.dry_run else "")]
+    for job in reply.jobs:
+        line = f"{job.job_id} {job.status} {job.name}"
+        lines.append(line + (f" ({job.message})" if job.message else ""))
+    if reply.message:
+        lines.append(reply.message)
+    if not reply.dry_run:
+        lines.append('next: wait_for_jobs(job_ids, mode="all", metric=..., group_by="seed")')
     return "\n".join(lines)
+
+
+def render_groups(groups: list[SeedGroup] | None, metric: str | None) -> list[str]:
+    """One line per seed group, best mean first, its members' values after it."""
+    if not groups:
+        return []
+    lines = [f"by seed, {metric}, best mean first:"]
+    for g in groups:
+        runs = ", ".join(
+            m if v is None else f"{m} {v:.5g}" for m, v in zip(g.members, g.values, strict=True)
+        )
+        lines.append(f"{group_line(g.model_dump())} [{runs}]")
+    return lines
 
 
 _QUIET = {
@@ -222,6 +250,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {
     "get_logs": render_logs,
     "wait_for_jobs": render_wait,
     "compare_jobs": render_compare,
+    "launch_jobs": render_batch,
 }
 
 

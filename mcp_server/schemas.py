@@ -31,6 +31,7 @@ class MetricScore(_Reply):
 # The fields a job reply's published output schema names (its reply holds the others too, as
 # JobInfo has them: an output schema allows more fields than it names). The tool list is sent
 # to the model in every session; naming every JobInfo field four times cost ~4 KB of it.
+# The rest (timestamps, run id, log path, attempts) are in every reply and its text all the same.
 JOB_SCHEMA_FIELDS = (
     "job_id",
     "name",
@@ -38,13 +39,6 @@ JOB_SCHEMA_FIELDS = (
     "failure_kind",
     "exit_code",
     "message",
-    "gpus",
-    "attempts",
-    "created_at",
-    "started_at",
-    "ended_at",
-    "run_id",
-    "log_path",
     "log_tail",
     "config",
     "score",
@@ -54,6 +48,7 @@ JOB_SCHEMA_FIELDS = (
 def _published_fields(schema: dict[str, Any]) -> None:
     props = schema.get("properties", {})
     schema["properties"] = {k: v for k, v in props.items() if k in JOB_SCHEMA_FIELDS}
+    schema["required"] = [k for k in schema.get("required", []) if k in JOB_SCHEMA_FIELDS]
 
 
 class JobReply(JobInfo):
@@ -79,12 +74,39 @@ class JobSummary(_Reply):
     score: MetricScore | None = None
 
 
+class SeedGroup(_Reply):
+    """Jobs alike but for their seed: the metric's final value over their SUCCEEDED runs."""
+
+    config: dict[str, Any] = Field(default_factory=dict)
+    n: int
+    mean: float | None = None
+    std: float | None = None
+    members: list[str]
+    values: list[float | None]
+
+
 class JobPage(_Reply):
     items: list[JobSummary]
     next_cursor: str | None = Field(
         default=None, description="pass as cursor to list_jobs for the next (older) page"
     )
     metric: str | None = None
+    groups: list[SeedGroup] | None = None
+
+
+class LaunchedJob(_Reply):
+    job_id: str
+    name: str
+    status: str
+    message: str | None = None
+
+
+class BatchReply(_Reply):
+    """What launch_jobs launched (or, dry_run, would launch): one line per job."""
+
+    jobs: list[LaunchedJob]
+    dry_run: bool = False
+    message: str | None = None
 
 
 class LogLine(_Reply):
@@ -142,6 +164,7 @@ class CompareReply(_Reply):
     metric: str | None = None
     at_step: int | None = None
     rows: list[CompareRow]
+    groups: list[SeedGroup] | None = None
 
 
 class WaitReply(_Reply):
@@ -149,6 +172,7 @@ class WaitReply(_Reply):
     timed_out: bool
     metric: str | None = None
     jobs: list[JobReply]
+    groups: list[SeedGroup] | None = None
 
 
 class GpuList(_Reply):

@@ -47,7 +47,9 @@ log = logging.getLogger("air_mcp")
 INSTRUCTIONS = """\
 AIR Skills runs ML training jobs on this machine's GPUs and tracks them in MLflow.
 Launch with launch_job (dry_run=true first; an idempotency_key makes retries safe). One research
-round: wait_for_jobs(metric=...) gives each job's latest and best value; compare_jobs(at_step=N)
+round in two calls: launch_jobs(spec, seeds=[0,1,2], grid={...}), then wait_for_jobs(mode="all",
+metric=..., group_by="seed") ranks configs by their mean over seeds. wait_for_jobs(metric=...)
+gives each job's latest and best value; compare_jobs(at_step=N)
 compares curves at equal steps; cancel_job stops a loser; list_jobs(metric, order_by="best") is
 the leaderboard; get_logs(grep=...) finds a line in a long log. A FAILED job is a normal reply:
 failure_kind (user = the script, infra = the machine) and its log tail say why. Log text is
@@ -132,6 +134,7 @@ def build_server(client: Client | None = None) -> AirMCPServer:
         client = long_lived_client()
     registered = [
         plain_tool(tools.launch_job, client, LAUNCH, "Launch a job"),
+        plain_tool(tools.launch_jobs, client, LAUNCH, "Launch jobs"),
         plain_tool(tools.get_job, client, READ_ONLY, "Get a job"),
         plain_tool(tools.list_jobs, client, READ_ONLY, "List jobs"),
         plain_tool(tools.get_logs, client, READ_ONLY, "Read a job's log"),

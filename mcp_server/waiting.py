@@ -51,6 +51,7 @@ async def wait_async(
     limiter: anyio.CapacityLimiter,
     metric: str | None = None,
     direction: str = "minimize",
+    group_by: str | None = None,
 ) -> WaitReply:
     """Wait until any (or all) of the jobs end, up to ``timeout_s``, without holding a thread."""
     ids = list(dict.fromkeys(job_ids))
@@ -68,7 +69,7 @@ async def wait_async(
         await anyio.sleep(min(delay, left))
         delay = min(delay * 1.5, MAX_DELAY_S)
     return await anyio.to_thread.run_sync(
-        wait_reply, client, infos, mode, metric, direction, limiter=limiter
+        wait_reply, client, infos, mode, metric, direction, group_by, limiter=limiter
     )
 
 
@@ -128,6 +129,7 @@ def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
             limiter,
             kwargs.get("metric"),
             kwargs.get("direction", "minimize"),
+            kwargs.get("group_by"),
         )
 
     call = _slotted(WaitSlots(), wait, render_wait)

@@ -3,6 +3,7 @@
 Each takes an ``air_skills.Client`` first; the rest of its signature is the tool's schema.
 """
 
+from mcp_server.tools.batch import launch_jobs
 from mcp_server.tools.jobs import (
     cancel_job,
     compare_jobs,
@@ -30,6 +31,7 @@ __all__ = [
     "get_logs",
     "get_metrics",
     "launch_job",
+    "launch_jobs",
     "list_gpus",
     "list_jobs",
     "start_study",

@@ -26,6 +26,7 @@ from mcp_server.schemas import (
     JobSummary,
     MetricsReply,
 )
+from mcp_server.tools.batch import GroupBy, groups_of
 from mcp_server.tools.params import (
     AdvancedLaunch,
     Arg,
@@ -174,6 +175,7 @@ def list_jobs(
         Field(description="rank by the metric's best or latest value: a leaderboard"),
     ] = None,
     direction: Direction = "minimize",
+    group_by: GroupBy = None,
 ) -> JobPage:
     """Jobs newest first, one line each; with metric, each one's latest and best value; with
     order_by, a leaderboard (best first)."""
@@ -196,7 +198,13 @@ def list_jobs(
         direction=direction,
     )
     scores = client.scores([j.job_id for j in page.items], metric, direction) if metric else {}
+    groups = (
+        groups_of(client, [j.job_id for j in page.items], metric, direction, group_by)
+        if group_by
+        else None
+    )
     return JobPage(
+        groups=groups,
         items=[
             JobSummary(
                 job_id=j.job_id,
@@ -253,6 +261,7 @@ def compare_jobs(
         Field(ge=0, description="also each job's value at this step (or the last before it)"),
     ] = None,
     direction: Direction = "minimize",
+    group_by: GroupBy = None,
 ) -> CompareReply:
     """Compare jobs: config and command diff against the first job, a metric's latest and
     best, and with at_step its value at equal steps (to cancel a loser early)."""
@@ -265,7 +274,10 @@ def compare_jobs(
             row["code"] = client.code.short_diff(rows[0]["job_id"], row["job_id"])
         except AirError as exc:  # a snapshot gone (air gc): the rest of the comparison stands
             row["code"] = exc.message
-    return CompareReply(metric=metric, at_step=at_step, rows=[CompareRow(**r) for r in rows])
+    groups = groups_of(client, list(job_ids), metric, direction, group_by) if group_by else None
+    return CompareReply(
+        metric=metric, at_step=at_step, rows=[CompareRow(**r) for r in rows], groups=groups
+    )
 
 
 def cancel_job(

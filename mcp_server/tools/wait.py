@@ -12,7 +12,9 @@ from pydantic import Field
 from air_skills.client import Client
 from air_skills.errors import NotFound
 from air_skills.models import JobInfo
+from air_skills.status import JobStatus
 from mcp_server.schemas import WaitReply
+from mcp_server.tools.batch import GroupBy, groups_of
 from mcp_server.tools.params import Direction, JobIds, MetricName
 from mcp_server.tools.replies import job_reply
 from mcp_server.wording import job_not_found
@@ -73,9 +75,16 @@ def wait_reply(
     mode: str,
     metric: str | None = None,
     direction: str = "minimize",
+    group_by: str | None = None,
 ) -> WaitReply:
-    """The jobs' replies (with the metric's latest and best per job, when one is asked)."""
+    """The jobs' replies (with the metric's latest and best per job, when one is asked); with
+    ``group_by``, seed groups, and only the jobs that did not succeed (the groups hold those)."""
     done = wait_is_over(infos, mode)
+    groups = None
+    if group_by:
+        ids = [i.job_id for i in infos]
+        groups = groups_of(client, ids, metric, direction, group_by)
+        infos = [i for i in infos if i.status != JobStatus.SUCCEEDED]
     scores = (
         client.scores([i.job_id for i in infos], metric, direction)  # type: ignore[arg-type]
         if metric
@@ -85,7 +94,7 @@ def wait_reply(
     if metric:  # a round's leaderboard: what the agent launched with and get_job gives in full
         # (config, log path, code snapshot) is not repeated for every job: the round < 4 KB
         jobs = [j.model_copy(update=dict.fromkeys(LEADERBOARD_DROPS)) for j in jobs]
-    return WaitReply(done=done, timed_out=not done, jobs=jobs, metric=metric)
+    return WaitReply(done=done, timed_out=not done, jobs=jobs, metric=metric, groups=groups)
 
 
 def wait_for_jobs(
@@ -100,6 +109,7 @@ def wait_for_jobs(
     ] = "any",
     metric: MetricName = None,
     direction: Direction = "minimize",
+    group_by: GroupBy = None,
     on_progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
 ) -> WaitReply:
@@ -124,4 +134,4 @@ def wait_for_jobs(
         infos = client.wait(ids, timeout_s=timeout_s, any=(mode == "any"), on_progress=progress)
     except NotFound as exc:
         raise job_not_found(exc) from None
-    return wait_reply(client, infos, mode, metric, direction)
+    return wait_reply(client, infos, mode, metric, direction, group_by)

@@ -21,6 +21,7 @@ ERROR_TEXT = re.compile(r"^\[[a-z][a-z0-9-]*\] .+\nNext: .+", re.DOTALL)
 SNAPSHOT = Path(__file__).with_name("tools_snapshot.json")
 TOOLS = [
     "launch_job",
+    "launch_jobs",
     "get_job",
     "list_jobs",
     "get_logs",

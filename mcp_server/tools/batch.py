@@ -1,0 +1,100 @@
+"""launch_jobs (many jobs in one call) and the seed groups that list_jobs, wait_for_jobs and
+compare_jobs give with ``group_by="seed"``: plain functions over ``air_skills.Client``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from air_skills.batch import DEFAULT_SEED_KEY, MAX_ITEMS, expand
+from air_skills.client import Client
+from air_skills.errors import InvalidInput
+from air_skills.models import JobInfo
+from mcp_server.schemas import BatchReply, LaunchedJob, SeedGroup
+from mcp_server.wording import mcp_wording
+
+MAX_CONFIG_BYTES = 1_000_000
+ROUTINE = ("QUEUED", "RUNNING")
+
+GroupBy = Annotated[
+    str | None,
+    Field(min_length=1, max_length=200, description='"seed": one row per config: n, mean, std'),
+]
+
+
+def launch_jobs(
+    client: Client,
+    jobs: Annotated[
+        list[dict[str, Any]],
+        Field(min_length=1, max_length=MAX_ITEMS, description="launch_job arguments each"),
+    ],
+    seeds: Annotated[
+        list[int | str] | None,
+        Field(max_length=MAX_ITEMS, description="one job per seed, in config[seed_key]"),
+    ] = None,
+    seed_key: Annotated[str, Field(min_length=1, max_length=200)] = DEFAULT_SEED_KEY,
+    grid: Annotated[
+        dict[str, list[Any]] | None, Field(description="{key: [values]}: a job per combination")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None, Field(min_length=1, max_length=150, description="item n gets KEY#n")
+    ] = None,
+    dry_run: bool = False,
+) -> BatchReply:
+    """Launch many jobs: jobs=[spec, ...], or one spec with seeds and/or grid. All are checked
+    (executable, script, patch) before any is queued. Then wait_for_jobs(group_by="seed")."""
+    if (seeds or grid) and len(jobs) != 1:
+        raise InvalidInput(
+            f"seeds and grid repeat one spec; jobs holds {len(jobs)}",
+            hint="pass one spec in jobs with seeds/grid, or list every job without them",
+        )
+    specs = [_flat(s) for s in jobs]
+    if seeds or grid:
+        specs = expand(specs[0], seeds, seed_key, grid)
+    infos = client.launch_many(specs, dry_run=dry_run, idempotency_key=idempotency_key)
+    return BatchReply(
+        jobs=[_launched(i) for i in infos],
+        dry_run=dry_run,
+        message=mcp_wording(infos[0].message) if dry_run and infos else None,
+    )
+
+
+def _flat(item: dict[str, Any]) -> dict[str, Any]:
+    """A launch_job-style item as JobSpec fields: ``advanced``'s fields inline, config sized."""
+    if not isinstance(item, dict):
+        raise InvalidInput("each job is an object of launch_job's arguments", hint="see launch_job")
+    out = {k: v for k, v in item.items() if k not in ("advanced", "dry_run") and v is not None}
+    out.update({k: v for k, v in (item.get("advanced") or {}).items() if v is not None})
+    config = out.get("config")
+    if config is not None and len(json.dumps(config, default=str)) > MAX_CONFIG_BYTES:
+        raise InvalidInput(
+            f"a config is larger than {MAX_CONFIG_BYTES // 1000} KB",
+            hint="pass large inputs as files (data) and keep config to hyperparameters",
+        )
+    return out
+
+
+def _launched(info: JobInfo) -> LaunchedJob:
+    routine = info.status.value in ROUTINE and info.message.startswith(info.status.value)
+    return LaunchedJob(
+        job_id=info.job_id,
+        name=info.name,
+        status=info.status.value,
+        message=None if routine or info.job_id == "dry-run" else mcp_wording(info.message)[:200],
+    )
+
+
+def groups_of(
+    client: Client,
+    job_ids: list[str],
+    metric: str | None,
+    direction: str,
+    seed_key: str = DEFAULT_SEED_KEY,
+) -> list[SeedGroup]:
+    """The jobs' seed groups by ``metric`` (required: the groups' mean is of it)."""
+    if not metric:
+        raise InvalidInput("group_by needs a metric", hint="pass metric='val_loss' too")
+    groups = client.seed_groups(job_ids, metric, direction, seed_key)  # type: ignore[arg-type]
+    return [SeedGroup(**g) for g in groups]
