@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from air_skills.errors import InvalidInput
 from air_skills.models import JobSpec
-from air_skills.runtime.containers import container
+from air_skills.runtime.containers import container, engine_config
 from air_skills.runtime.containers.container import ContainerJob
 from air_skills.runtime.launch.prepare import LaunchContext, PreparedJob, discard_prepared
 
@@ -35,7 +36,8 @@ def attach_image(
     rt: LaunchContext, job: PreparedJob, image: ContainerJob | None, tracking_uri: str
 ) -> None:
     """Record the job's image in its folder, after checking what the container would mount
-    (a data input or home above the code's path is refused, and the prepared job discarded)."""
+    (a data input or home above the code's path is refused, and the prepared job discarded),
+    with the engine settings air applies (engine_config.py)."""
     if image is None:
         return
     try:
@@ -43,6 +45,9 @@ def attach_image(
     except InvalidInput:
         discard_prepared(rt, job)
         raise
+    # The settings this engine needs here (a probe once per engine binary): recorded with it.
+    setup = engine_config.setup_for(rt.home, image.engine, image.image_id)
+    image = replace(image, fixes=setup.fixes, engine_env=setup.env)
     image.save(Path(job.jdir))
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from air_skills.gpu.doctor import doctor_report
 from air_skills.gpu.providers import provider
-from air_skills.runtime.containers import container
+from air_skills.runtime.containers import engine_check
 from air_skills.runtime.launch.orphans import sweep_orphans
 from air_skills.runtime.results.outcomes import max_infra_retries
 from air_skills.tracking.store_check import check_store
@@ -33,7 +33,7 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
         tracking=check_store(client.home),
         deep=deep,
     )
-    return _with_check(report, container.doctor_check())
+    return _with_check(report, engine_check.doctor_check(client.home))
 
 
 def _with_check(report: dict[str, Any], check: dict[str, str]) -> dict[str, Any]:

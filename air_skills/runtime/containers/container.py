@@ -16,21 +16,16 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from air_skills import settings
 from air_skills.errors import InvalidInput
 from air_skills.runtime.containers import image_cache
-from air_skills.runtime.results.outcomes import InfraFailure, Outcome
-from air_skills.status import JobStatus
 
 ENGINES = ("podman", "docker")
 WORKDIR = "/air/code"  # the job's code inside the container: its working directory
 RECORD = "container.json"  # in the job's folder
-# Exit codes of `<engine> run` itself: 125 the engine failed, 126 the command could not be
-# invoked, 127 it was not found. The job's own code may exit with them too: _never_started tells.
-ENGINE_EXITS = (125, 126, 127)
 QUICK_S = 30.0  # an engine call that answers from local state (inspect, stop's bookkeeping)
 PULL_S = 600.0
 
@@ -70,25 +65,6 @@ def engine_problem(name: str | None = None) -> tuple[str, str | None]:
     if done.returncode != 0:
         return engine, f"`{engine} info` failed: {_last_line(done.stderr)}"
     return engine, None
-
-
-def doctor_check() -> dict[str, str]:
-    """`air doctor`'s container engine check: only a chosen engine that fails is a failure
-    (jobs without an image need none)."""
-    chosen = settings.raw("AIR_CONTAINER_ENGINE")
-    engine, problem = engine_problem()
-    if problem is None:
-        return {"name": "container engine", "status": "ok", "detail": f"{engine} works", "next": ""}
-    if not chosen and not any(shutil.which(e) for e in ENGINES):
-        detail = "none found (podman or docker); only jobs with an image need one"
-        return {"name": "container engine", "status": "ok", "detail": detail, "next": ""}
-    return {
-        "name": "container engine",
-        "status": "fail" if chosen else "warn",
-        "detail": problem,
-        "next": "install podman (apt-get install podman runc), or fix the engine's"
-        " configuration (CONTAINERS_CONF), or set AIR_CONTAINER_ENGINE",
-    }
 
 
 def image_id(engine: str, image: str, pinned: str | None = None) -> str:
@@ -166,9 +142,13 @@ class ContainerJob:
     engine: str
     image: str
     image_id: str
+    # The settings air passes the engine (engine_config.py): the fixes and their environment.
+    fixes: tuple[str, ...] = ()
+    engine_env: dict[str, str] = field(default_factory=dict)
 
     def save(self, jdir: Path) -> None:
-        (jdir / RECORD).write_text(json.dumps(self.__dict__))
+        record = {**self.__dict__, "fixes": list(self.fixes)}
+        (jdir / RECORD).write_text(json.dumps(record))
 
 
 def load(jdir: Path) -> ContainerJob | None:
@@ -177,7 +157,9 @@ def load(jdir: Path) -> ContainerJob | None:
         data = json.loads((jdir / RECORD).read_text())
     except (OSError, ValueError):
         return None
-    return ContainerJob(data["engine"], data["image"], data["image_id"])
+    env = {str(k): str(v) for k, v in (data.get("engine_env") or {}).items()}
+    fixes = tuple(data.get("fixes") or ())
+    return ContainerJob(data["engine"], data["image"], data["image_id"], fixes, env)
 
 
 def container_name(job_id: str) -> str:
@@ -208,8 +190,9 @@ def check_mounts(mounts: list[Mount], workdir: str = WORKDIR) -> None:
 
 
 def gpu_args(engine: str, gpus: list[int]) -> list[str]:
-    """The job's GPUs: CDI devices for podman, ``--gpus device=...`` for docker."""
-    if not gpus:
+    """The job's GPUs: CDI devices for podman, ``--gpus device=...`` for docker; none for
+    simulated GPUs (AIR_SIMULATED_GPUS: there is no device to pass)."""
+    if not gpus or settings.raw("AIR_SIMULATED_GPUS"):
         return []
     if engine.endswith("docker"):
         return ["--gpus", '"device=' + ",".join(str(g) for g in gpus) + '"']
@@ -335,62 +318,29 @@ def _code_root(jdir: Path, cwd: str | None) -> tuple[str | None, str]:
         return cwd, ""
 
 
-def stop(engine: str, job_id: str, grace_s: float) -> None:
+def stop(engine: str, job_id: str, grace_s: float, env: dict[str, str] | None = None) -> None:
     """Stop the job's container: SIGTERM, then after ``grace_s`` SIGKILL (the engine's stop)."""
     name = container_name(job_id)
+    argv = [engine, "stop", "-t", str(max(0, round(grace_s))), name]
     try:
-        _call([engine, "stop", "-t", str(max(0, round(grace_s))), name], timeout=grace_s + QUICK_S)
+        _call(argv, timeout=grace_s + QUICK_S, env=env)
     except (OSError, subprocess.TimeoutExpired):
         pass
     try:
-        _call([engine, "kill", name], timeout=QUICK_S)
+        _call([engine, "kill", name], timeout=QUICK_S, env=env)
     except (OSError, subprocess.TimeoutExpired):
         pass
 
 
-def remove(engine: str, job_id: str) -> None:
+def remove(engine: str, job_id: str, env: dict[str, str] | None = None) -> None:
     """Remove the job's container, whatever its state (none: nothing to do)."""
     # podman's --force stops it first, with a 10 s grace unless told: it is killed at once.
     quick = ["--ignore", "--time", "0"] if engine.endswith("podman") else []
     try:
-        _call([engine, "rm", "--force", *quick, container_name(job_id)], timeout=QUICK_S)
+        argv = [engine, "rm", "--force", *quick, container_name(job_id)]
+        _call(argv, timeout=QUICK_S, env=env)
     except (OSError, subprocess.TimeoutExpired):
         pass
-
-
-def never_started(engine: str, job_id: str) -> bool:
-    """Whether the job's container was created but its command never ran (an engine exit)."""
-    fmt = "{{.State.Status}}"
-    try:
-        done = _call([engine, "inspect", "--format", fmt, container_name(job_id)], QUICK_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return True
-    if done.returncode != 0:  # no container at all: `run` failed before creating it
-        return True
-    return done.stdout.strip() in ("created", "configured", "initialized")
-
-
-def after_exit(
-    job: ContainerJob, job_id: str, rc: int, program: str
-) -> InfraFailure | Outcome | None:
-    """Remove the ended container; what an engine exit means (None: the job's own exit).
-
-    125 with the command never run is the engine's fault (infra, retried); 126 and 127 then
-    are the job's (the image lacks the command or cannot run it): FAILED, user.
-    """
-    fault = rc in ENGINE_EXITS and never_started(job.engine, job_id)
-    remove(job.engine, job_id)
-    if not fault:
-        return None
-    if rc == 125:
-        what = f"the container engine {job.engine} failed to run the container (exit 125)"
-        return InfraFailure(what, "container")
-    missing = "has no command" if rc == 127 else "cannot run the command"
-    message = (
-        f"FAILED: the image {job.image} {missing} {program!r} (exit {rc} from {job.engine})."
-        " Next: check the command against the image (its PATH), then relaunch"
-    )
-    return Outcome("finish", message, JobStatus.FAILED, "user", exit_code=rc)
 
 
 def list_images(engine: str) -> list[dict[str, object]]:
@@ -417,9 +367,16 @@ def list_images(engine: str) -> list[dict[str, object]]:
     return out
 
 
-def _call(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def _call(
+    argv: list[str], timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env} if env else None,
     )
 
 

@@ -208,3 +208,9 @@ def _code_view(jdir: Path) -> tuple[str, str] | None:
         return None
     view = Path(record["view"])
     return os.fspath(view / record["cwd"] if record["cwd"] else view), record["digest"]
+        env.update(image.engine_env)  # air's engine settings (engine_config.py), if any
+        if image.fixes:
+            said = ", ".join(f"{k}={v}" for k, v in image.engine_env.items())
+            fixes = ", ".join(image.fixes)
+            line = f"[air] {image.engine} runs with air's settings for: {fixes} ({said})\n"
+            banner += line.encode()

@@ -374,7 +374,7 @@ def reconcile(store: Store) -> int:
         # Nor its container, which outlives the engine's client: removed by its job's name.
         image = container.load(job_dir(store.home, row.job_id))
         if image is not None:
-            container.remove(image.engine, row.job_id)
+            container.remove(image.engine, row.job_id, env=image.engine_env)
         settled += _settle_lost(store, row, what)
     if settled:
         schedule_pass(store)

@@ -32,7 +32,7 @@ from typing import Any
 from air_skills import settings
 from air_skills.gpu.providers import GpuFault, provider
 from air_skills.home import job_dir
-from air_skills.runtime.containers import container
+from air_skills.runtime.containers import container, engine_exit
 from air_skills.runtime.execution import gang
 from air_skills.runtime.execution.launch_env import command_launch
 from air_skills.runtime.execution.rendezvous import describe_late, late_outcome, watch_joins
@@ -344,7 +344,7 @@ class Supervisor:
         child = self.child
         assert child is not None
         if self.image is not None:  # the engine stops the container (TERM, grace, KILL)
-            container.stop(self.image.engine, self.job_id, GRACE_S)
+            container.stop(self.image.engine, self.job_id, GRACE_S, self.image.engine_env)
         proc.kill_group(child.pid, signal.SIGTERM)
         try:
             return child.wait(GRACE_S)
@@ -358,7 +358,9 @@ class Supervisor:
         assert self.child is not None
         engine_end = None
         if self.image is not None:  # its container goes first; an engine exit is told apart
-            engine_end = container.after_exit(self.image, self.job_id, rc, self.spec["command"][0])
+            engine_end = engine_exit.after_exit(
+                self.image, self.job_id, rc, self.spec["command"][0], self.row.log_path
+            )
         # Whatever the command left behind in its group goes with it, and (this process being
         # their subreaper) whatever left the group: a `setsid` child must not keep its GPU.
         proc.kill_group(self.child.pid, signal.SIGKILL)

@@ -1,4 +1,5 @@
-"""Container jobs with real podman: an image built here from busybox-static, no registry."""
+"""Container jobs with real podman: an image built here from busybox-static, no registry, and no
+containers.conf set by the tests (conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
-import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,92 +20,12 @@ from air_skills.runtime.containers import container
 from air_skills.runtime.containers.container import ContainerJob, Mount
 from air_skills.runtime.process.proc import alive
 
-IMAGE = "localhost/air-test-busybox:1"
-BUSYBOX = shutil.which("busybox")
-# The three settings podman 4.3 needs in these sandboxes (see issue 16, "These machines").
-CONTAINERS_CONF = """\
-[containers]
-default_ulimits = []
-
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-"""
-
-
-def _podman_missing() -> str | None:
-    if shutil.which("podman") is None:
-        return "podman is not installed (`make install` adds podman, runc, busybox-static)"
-    if shutil.which("runc") is None:
-        return "runc is not installed (`make install` adds it)"
-    if BUSYBOX is None:
-        return "busybox-static is not installed (`make install` adds it)"
-    return None
-
-
-@pytest.fixture(scope="session")
-def containers_conf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    conf = tmp_path_factory.mktemp("podman") / "containers.conf"
-    conf.write_text(CONTAINERS_CONF)
-    return conf
-
-
-@pytest.fixture(scope="session")
-def busybox_image(containers_conf: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """localhost/air-test-busybox:1: a root file system of busybox-static and its applets."""
-    why = _podman_missing()
-    if why:
-        pytest.skip(why)
-    assert BUSYBOX is not None
-    env = {**os.environ, "CONTAINERS_CONF": str(containers_conf)}
-    if subprocess.run(["podman", "image", "exists", IMAGE], env=env).returncode == 0:
-        return IMAGE  # built by an earlier session: the same busybox
-    root = tmp_path_factory.mktemp("rootfs")
-    (root / "bin").mkdir()
-    shutil.copy2(os.path.realpath(BUSYBOX), root / "bin" / "busybox")
-    applets = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True)
-    for name in applets.stdout.split():
-        if name != "busybox":
-            (root / "bin" / name).symlink_to("busybox")
-    for folder in ("tmp", "proc", "sys", "dev", "etc"):
-        (root / folder).mkdir()
-    tar = root.parent / "rootfs.tar"
-    with tarfile.open(tar, "w") as t:
-        t.add(root, arcname=".")
-    done = subprocess.run(
-        ["podman", "import", "--change", "ENV=PATH=/bin", str(tar), IMAGE],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"podman cannot import an image here: {done.stderr.strip()[-300:]}")
-    probe = subprocess.run(["podman", "run", "--rm", IMAGE, "true"], capture_output=True, env=env)
-    if probe.returncode != 0:
-        pytest.skip(f"podman cannot run containers here: {probe.stderr.decode()[-300:]}")
-    return IMAGE
-
-
-@pytest.fixture
-def podman(
-    busybox_image: str, containers_conf: Path, monkeypatch: pytest.MonkeyPatch, air_home: Path
-) -> Iterator[str]:
-    monkeypatch.setenv("CONTAINERS_CONF", str(containers_conf))
-    monkeypatch.setenv("AIR_CONTAINER_ENGINE", "podman")
-    yield busybox_image
-    _remove_test_containers()
-
-
-def _remove_test_containers() -> None:
-    for name in _containers():
-        subprocess.run(["podman", "rm", "--force", "--time", "0", name], capture_output=True)
-
 
 def _containers() -> list[str]:
     done = subprocess.run(
         ["podman", "ps", "--all", "--format", "{{.Names}}"], capture_output=True, text=True
     )
-    return [n for n in done.stdout.split() if n.startswith("air-")]
+    return [n for n in done.stdout.split() if n.startswith("air-") and "probe" not in n]
 
 
 def _container_id(name: str) -> str | None:
