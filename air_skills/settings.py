@@ -120,6 +120,12 @@ _TABLE = (
         default_text="the first of podman and docker on PATH",
     ),
     Setting(
+        "AIR_CONTAINER_FIXES", "str", "on",
+        "`on`: when the engine's defaults fail here in a known way (ulimits, cgroups), air"
+        " passes it its own containers.conf overlay (under AIR_HOME/containers); `off`: never",
+        "`on` or `off`", lambda v: v in ("on", "off"),
+    ),
+    Setting(
         "AIR_SUPERVISOR_LINGER_S", "float", 60.0,
         "seconds an idle supervisor waits for a pass to hand it a job (0: exit at once)",
         "a number of seconds >= 0", _at_least(0),
@@ -129,12 +135,6 @@ _TABLE = (
         "minutes a running job may go without progress (no log output, no new metric step,"
         " idle GPUs, outside a declared phase) before it is stalled: its stacks are saved and"
         " its `on_stall` applies; a spec's `stall_timeout_min` wins (0: off)",
-    Setting(
-        "AIR_CONTAINER_FIXES", "str", "on",
-        "`on`: when the engine's defaults fail here in a known way (ulimits, cgroups), air"
-        " passes it its own containers.conf overlay (under AIR_HOME/containers); `off`: never",
-        "`on` or `off`", lambda v: v in ("on", "off"),
-    ),
         "a number of minutes >= 0", _at_least(0),
     ),
     Setting(

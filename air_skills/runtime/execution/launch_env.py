@@ -197,6 +197,12 @@ def command_launch(
             image, job_id, argv, jdir=jdir, cwd=cwd, env=env, gpus=gpus, passed=passed
         )
         cwd = os.fspath(jdir)
+        env.update(image.engine_env)  # air's engine settings (engine_config.py), if any
+        if image.fixes:
+            said = ", ".join(f"{k}={v}" for k, v in image.engine_env.items())
+            fixes = ", ".join(image.fixes)
+            line = f"[air] {image.engine} runs with air's settings for: {fixes} ({said})\n"
+            banner += line.encode()
     return CommandLaunch(argv, cwd, env, row.log_path, banner)
 
 
@@ -208,9 +214,3 @@ def _code_view(jdir: Path) -> tuple[str, str] | None:
         return None
     view = Path(record["view"])
     return os.fspath(view / record["cwd"] if record["cwd"] else view), record["digest"]
-        env.update(image.engine_env)  # air's engine settings (engine_config.py), if any
-        if image.fixes:
-            said = ", ".join(f"{k}={v}" for k, v in image.engine_env.items())
-            fixes = ", ".join(image.fixes)
-            line = f"[air] {image.engine} runs with air's settings for: {fixes} ({said})\n"
-            banner += line.encode()
