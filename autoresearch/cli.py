@@ -189,16 +189,25 @@ def status(
 @_guard
 def report(
     study_dir: Path = typer.Argument(..., help="the study folder"),
+    html: bool = typer.Option(
+        False, "--html", help="also write report.html: the study page as one self-contained file"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Write report.md and objective.png into the study folder."""
+    """Write report.md and objective.png (and with --html, report.html) into the study folder."""
     from autoresearch.report.report import write_report
 
     paths = write_report(study_dir)
+    if html:
+        from autoresearch.web.serve import write_html
+
+        paths["html"] = str(write_html(study_dir))
     if as_json:
         _print_json(paths)
         return
     out.print(f"report: {paths['report']}\nplot:   {paths['plot']}")
+    if html:
+        out.print(f"html:   {paths['html']}")
     if paths["best"]:
         b = paths["best"]
         out.print(f"best:   trial {b['trial']} = {b['value']:.5g}  {b['diff'] or '(base config)'}")
@@ -260,6 +269,34 @@ def export(
         return
     out.print(f"trial {done['trial']} -> branch {done['branch']} ({done['commit'][:12]})"
               f" in {done['repo']}")  # fmt: skip
+
+
+@app.command()
+@_guard
+def serve(
+    study_dirs: list[Path] = typer.Argument(
+        None, help="study folders, or folders of them (default ./studies)"
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="beyond loopback: needs AIR_MCP_TOKEN"),
+    port: int = typer.Option(8765, "--port"),
+    mlflow_url: str = typer.Option(
+        "http://127.0.0.1:5000", "--mlflow-url", help="where `air ui` serves MLflow (run links)"
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """A live study page in the browser (JSON under /api/studies); read-only."""
+    from autoresearch.web.serve import serve as serve_page
+
+    if not 1 <= port <= 65535:
+        raise InvalidInput(f"--port must be 1-65535, got {port}", hint="pass --port 8765")
+
+    def announce(line: str) -> None:
+        if as_json and line.startswith("study page: "):
+            _print_json({"url": line.split()[2]})
+        elif not as_json:
+            out.print(line, soft_wrap=True)
+
+    serve_page(list(study_dirs or []), host, port, mlflow_url, announce)
 
 
 # --- the demo ------------------------------------------------------------------------------

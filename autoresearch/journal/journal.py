@@ -76,6 +76,7 @@ class Trial:
     code_digest: str | None = None  # the snapshot its job ran
     gpu_type: str | None = None
     confirmed: dict[str, Any] | None = None  # mean, std, n, paired of a confirmed candidate
+    llm_usd: float = 0.0  # its share of the LLM calls of the round that proposed it
 
     @property
     def is_noise(self) -> bool:
@@ -205,6 +206,9 @@ class StudyState:
 
     _session_start: float | None = None
     _closed_wall_s: float = 0.0
+    # LLM dollars of the latest proposal round, shared among the trials it proposed
+    _round: list[int] = field(default_factory=list)
+    _round_usd: float = 0.0
 
     @property
     def wall_s(self) -> float:
@@ -258,6 +262,11 @@ class StudyState:
                 patch_summary=ev.get("patch_summary"),
                 confirms=ev.get("confirms"),
             )
+            if self.trials[n].source not in ("baseline", "noise", "confirm") and self._round_usd:
+                self._round.append(n)
+                share = self._round_usd / len(self._round)
+                for k in self._round:
+                    self.trials[k].llm_usd = share
         elif kind == "code_base":
             self.code_base = {k: v for k, v in ev.items() if k not in ("event", "ts")}
         elif kind == "tampered":
@@ -317,6 +326,9 @@ class StudyState:
                 self.llm_errors += 1
         elif kind == "invalid_proposal":
             self.invalid_proposals += 1
+            if self._round:  # a new round: the last one's trials have their shares
+                self._round, self._round_usd = [], 0.0
+            self._round_usd += float(ev.get("usd", 0.0))
         elif kind == "fallback":
             self.fallbacks += int(ev.get("count", 1))
         elif kind == "warning":

@@ -10,6 +10,7 @@ from typing import Any
 
 from air_skills.errors import NotFound
 from autoresearch.journal.journal import Journal, StudyState, Trial, TrialStatus, replay
+from autoresearch.report.cost import Pricing, study_cost, trial_cost
 from autoresearch.report.report_code import code_lines, value_text
 from autoresearch.report.summary import best_fields, best_trial
 from autoresearch.study.folder import PLOT_FILE, REPORT_FILE, loop_alive
@@ -185,6 +186,7 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
         + ", ".join(f"{counts[s]} {s.value.lower()}" for s in TrialStatus if counts[s])
         + ")",
         f"- **Budget spent:** {' · '.join(budget)}",
+        _cost_line(state, now),
     ]
     if study.noise.repeats:
         if state.noise_floor is not None:
@@ -230,15 +232,18 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
         lines += ["", "Full config:", "", "```json", json.dumps(best.config, indent=2), "```"]
     lines += ["", f"![objective per trial]({plot_name})", "", "## Trials", ""]
     lines += [
-        f"| # | source | diff | status | {obj.metric} | steps | decision | minutes | note |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| # | source | diff | status | {obj.metric} | steps | decision | minutes | cost $"
+        " | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    pricing = Pricing()
     for t in trials:
         minutes = f"{(t.ended_at - t.started_at) / 60:.2f}" if t.ended_at and t.started_at else ""
         note = (t.failure or t.rationale or "").replace("|", "/").replace("\n", " ")[:160]
         lines.append(
             f"| {t.number} | {t.source} | {_diff_text(t.diff)} | {t.status.value} |"
-            f" {value_text(t)} | {_fmt(t.steps)} | {t.decision or ''} | {minutes} | {note} |"
+            f" {value_text(t)} | {_fmt(t.steps)} | {t.decision or ''} | {minutes} |"
+            f" {trial_cost(t, now, pricing)['usd']:.4f} | {note} |"
         )
     lines += code_lines(study, state)
     if state.invalid_proposals or state.fallbacks or state.llm_errors:
@@ -258,6 +263,19 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
             )
     lines += ["", f"Journal: `{Path(study_dir) / 'journal.jsonl'}`", ""]
     return "\n".join(lines)
+
+
+def _cost_line(state: StudyState, now: float) -> str:
+    c = study_cost(state, now)
+    per = (
+        f"; ${c['usd_per_improvement']:.4f} per kept improvement ({c['kept_improvements']} kept)"
+        if c["usd_per_improvement"] is not None
+        else "; no improvement kept yet"
+    )
+    return (
+        f"- **Cost:** ${c['usd']:.4f} (GPU ${c['gpu_usd']:.4f} for {c['gpu_hours']:.3f}"
+        f" GPU-hours, LLM ${c['llm_usd']:.4f}){per}"
+    )
 
 
 def write_report(study_dir: Path | str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
+from autoresearch.report.cost import study_cost, trial_cost
 from autoresearch.study.folder import REPORT_FILE, loop_alive
 from autoresearch.study.study import Study
 
@@ -46,6 +47,7 @@ def _trial_brief(t: Any) -> dict[str, Any]:
         "job_id": t.job_id,
         "source": t.source,
         "decision": _decision(t),
+        "cost_usd": trial_cost(t)["usd"],
     }
 
 
@@ -132,7 +134,8 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
                 "output_tokens": state.llm_output_tokens,
             },
         },
-        "recent": [_trial_brief(t) for t in trials if t.status.is_final()][-5:],
+        "cost": study_cost(state, now),
+        "recent": [_trial_brief(t) for t in [t for t in trials if t.status.is_final()][-5:]],
         "invalid_proposals": state.invalid_proposals,
         "fallbacks": state.fallbacks,
         "warnings": list(dict.fromkeys(state.warnings + _noise_warning(state)))[-5:],

@@ -1,0 +1,316 @@
+"""What the study page shows, as JSON: the studies list and one study's full view.
+
+A study's journal is parsed again only when it changed (size and mtime); the running trials'
+metric curves come from MLflow (through the ``Client``) and are read at most once a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from air_skills.errors import AirError
+from autoresearch.code.code_check import chain_of
+from autoresearch.journal.journal import JOURNAL, StudyState, Trial, TrialStatus
+from autoresearch.report.cost import Pricing, study_cost, trial_cost
+from autoresearch.report.report import best_so_far, load_state
+from autoresearch.report.summary import _decision, summarize
+from autoresearch.study.study import STUDIES_DIR, Study
+
+LIVE_CURVE_TTL_S = 1.0
+MAX_RATIONALE = 300
+
+
+def find_study_dirs(roots: list[Path]) -> list[Path]:
+    """The study folders among ``roots``: a root holding a journal, else its subfolders that do."""
+    found: list[Path] = []
+    for root in roots:
+        root = root.expanduser().resolve()
+        if (root / JOURNAL).is_file():
+            found.append(root)
+        elif root.is_dir():
+            found += sorted(p for p in root.iterdir() if (p / JOURNAL).is_file())
+    return list(dict.fromkeys(found))
+
+
+def default_roots() -> list[Path]:
+    """./studies, the folder ``autoresearch run`` puts studies in by default."""
+    return [Path.cwd() / STUDIES_DIR]
+
+
+def _hardware(t: Trial) -> str:
+    if t.gpu_type:
+        return f"{t.gpus} x {t.gpu_type}" if t.gpus > 1 else t.gpu_type
+    return "CPU" if t.job_id else ""
+
+
+def _duration_s(t: Trial, now: float) -> float | None:
+    if t.started_at is None:
+        return None
+    end = t.ended_at if t.ended_at is not None else (None if t.job_done else now)
+    return None if end is None else round(max(0.0, end - t.started_at), 2)
+
+
+def _diff_text(diff: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in diff.items()
+    )
+
+
+def trial_row(
+    t: Trial, now: float, mlflow: str | None, experiment_id: str | None, pricing: Pricing
+) -> dict[str, Any]:
+    """One row of the trial table."""
+    decision = _decision(t)
+    word, _, reason = (decision or "").partition(": ")
+    confirmed = t.confirmed or {}
+    cost = trial_cost(t, now, pricing)
+    link = None
+    if mlflow and t.run_id:
+        link = f"{mlflow.rstrip('/')}/#/experiments/{experiment_id or 0}/runs/{t.run_id}"
+    return {
+        "n": t.number,
+        "source": t.source,
+        "status": t.status.value,
+        "diff": t.diff,
+        "diff_text": _diff_text(t.diff) or "(base)",
+        "value": t.value,
+        "std": confirmed.get("std"),
+        "seeds": confirmed.get("n"),
+        "decision": word or None,
+        "reason": reason or None,
+        "duration_s": _duration_s(t, now),
+        "usd": cost["usd"],
+        "gpu_hours": cost["gpu_hours"],
+        "llm_usd": cost["llm_usd"],
+        "hardware": _hardware(t),
+        "job_id": t.job_id,
+        "run_id": t.run_id,
+        "mlflow": link,
+        "parent": t.parent,
+        "code": bool(t.patch) or t.parent is not None,
+        "patch_summary": t.patch_summary,
+        "rationale": (t.rationale or "")[:MAX_RATIONALE],
+        "failure": t.failure,
+        "steps": t.steps,
+    }
+
+
+def hardware_note(trials: list[Trial]) -> str | None:
+    """'not comparable: A vs B' when finished trials ran on different hardware classes."""
+    kinds = sorted({_hardware(t) for t in trials if t.status == TrialStatus.SUCCEEDED} - {""})
+    return f"not comparable: {' vs '.join(kinds)}" if len(kinds) > 1 else None
+
+
+@dataclass
+class _Parsed:
+    key: tuple[int, int]
+    study: Study
+    state: StudyState
+
+
+@dataclass
+class StudyIndex:
+    """The studies under some roots, each parsed once per change of its journal."""
+
+    roots: list[Path]
+    mlflow_url: str | None = "http://127.0.0.1:5000"
+    live_metrics: bool = True
+    _parsed: dict[Path, _Parsed] = field(default_factory=dict)
+    _curves: dict[str, tuple[float, list]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _client: Any = None
+
+    def folders(self) -> dict[str, Path]:
+        """{key: folder}: the key is the study's name (its folder's name when two share one)."""
+        out: dict[str, Path] = {}
+        for folder in find_study_dirs(self.roots):
+            try:
+                name = self.load(folder)[0].name
+            except AirError:
+                name = folder.name
+            out[folder.name if name in out else name] = folder
+        return out
+
+    def load(self, folder: Path) -> tuple[Study, StudyState]:
+        st = os.stat(folder / JOURNAL)
+        key = (st.st_size, st.st_mtime_ns)
+        with self._lock:
+            cached = self._parsed.get(folder)
+            if cached is not None and cached.key == key:
+                return cached.study, cached.state
+        study, state = load_state(folder)
+        with self._lock:
+            self._parsed[folder] = _Parsed(key, study, state)
+        return study, state
+
+    def studies(self) -> list[dict[str, Any]]:
+        """The studies list: name, state, trials done / budget, best, cost so far."""
+        out = []
+        now = time.time()
+        for key, folder in self.folders().items():
+            try:
+                study, state = self.load(folder)
+            except AirError as exc:
+                out.append({"key": key, "study_dir": str(folder), "error": str(exc)})
+                continue
+            s = summarize(folder, study, state)
+            done = sum(1 for t in state.trials.values() if t.status.is_final())
+            out.append(
+                {
+                    "key": key,
+                    "name": study.name,
+                    "study_dir": str(folder),
+                    "state": s["state"],
+                    "metric": study.objective.metric,
+                    "direction": study.objective.direction,
+                    "trials_done": done,
+                    "trials_total": len(state.trials),
+                    "trials_budget": study.budget.trials,
+                    "best": s["best"]["value"] if s["best"] else None,
+                    "best_trial": s["best"]["trial"] if s["best"] else None,
+                    "usd": study_cost(state, now)["usd"],
+                    "updated": state.last_ts,
+                }
+            )
+        return out
+
+    def folder_of(self, key: str) -> Path | None:
+        return self.folders().get(key)
+
+    def view(self, key: str) -> dict[str, Any] | None:
+        """One study's full view (None: no such study)."""
+        folder = self.folder_of(key)
+        if folder is None:
+            return None
+        study, state = self.load(folder)
+        return study_view(key, folder, study, state, self)
+
+    def patch(self, key: str, trial: int) -> dict[str, Any] | None:
+        folder = self.folder_of(key)
+        if folder is None:
+            return None
+        _, state = self.load(folder)
+        t = state.trials.get(trial)
+        if t is None:
+            return None
+        return {
+            "trial": trial,
+            "patch": t.patch or "",
+            "chain": "\n".join(chain_of(state.trials, trial)),
+        }
+
+    # --- live data from the runtime ---------------------------------------------------------
+
+    def client(self) -> Any:
+        if self._client is None:
+            from air_skills.client import Client
+
+            self._client = Client()
+        return self._client
+
+    def live_curve(self, job_id: str, metric: str) -> list:
+        """A running trial's metric history from MLflow ([] when it cannot be read)."""
+        if not self.live_metrics:
+            return []
+        now = time.monotonic()
+        cached = self._curves.get(job_id)
+        if cached is not None and now - cached[0] < LIVE_CURVE_TTL_S:
+            return cached[1]
+        curve: list = []
+        try:
+            m = self.client().metrics(job_id, keys=[metric], history=True, max_points=200)
+            curve = [list(p) for p in (m.history or {}).get(metric, [])]
+        except (AirError, OSError, ValueError):
+            pass
+        self._curves[job_id] = (now, curve)
+        return curve
+
+    def gpus_in_use(self, job_ids: set[str]) -> list[dict[str, Any]]:
+        if not job_ids or not self.live_metrics:
+            return []
+        try:
+            gpus = self.client().gpus()
+        except AirError:
+            return []
+        return [
+            {"index": g.index, "name": g.name, "jobs": sorted(set(g.job_ids) & job_ids)}
+            for g in gpus
+            if set(g.job_ids) & job_ids
+        ]
+
+
+def study_view(
+    key: str, folder: Path, study: Study, state: StudyState, index: StudyIndex | None = None
+) -> dict[str, Any]:
+    """Everything the study page shows (``index``: None reads nothing live, for a file)."""
+    now = time.time()
+    summary = summarize(folder, study, state)
+    trials = state.ordered()
+    mlflow = index.mlflow_url if index else None
+    pricing = Pricing()
+    rows = [trial_row(t, now, mlflow, state.experiment_id, pricing) for t in trials]
+    metric = study.objective.step_metric or study.objective.metric
+    running = []
+    for t in trials:
+        if t.status != TrialStatus.RUNNING:
+            continue
+        curve = index.live_curve(t.job_id, metric) if index and t.job_id else []
+        running.append(
+            {
+                "n": t.number,
+                "job_id": t.job_id,
+                "diff_text": _diff_text(t.diff) or "(base)",
+                "curve": curve or t.curve,
+                "duration_s": _duration_s(t, now),
+            }
+        )
+    best = summary["best"]
+    winning = ""
+    if best is not None and state.code_base is not None:
+        winning = "\n".join(chain_of(state.trials, best["trial"]))
+    active = {t.job_id for t in trials if t.job_id and not t.job_done}
+    view = {
+        "key": key,
+        "name": study.name,
+        "study_dir": str(folder),
+        "state": summary["state"],
+        "stop_reason": summary["stop_reason"],
+        "objective": summary["objective"],
+        "proposer": summary["proposer"],
+        "counts": summary["trials"],
+        "best": best,
+        "best_so_far": best_so_far(study, state),
+        "noise": {"floor": state.noise_floor, "std": state.noise_std},
+        "budget": summary["budget"],
+        "cost": summary["cost"],
+        "trials": rows,
+        "running": running,
+        "lineage": [
+            {
+                "n": r["n"],
+                "parent": r["parent"],
+                "status": r["status"],
+                "value": r["value"],
+                "decision": r["decision"],
+                "patch_summary": r["patch_summary"],
+            }
+            for r in rows
+            if r["code"]
+        ],
+        "winning_patch": winning,
+        "gpus": index.gpus_in_use(active) if index else [],
+        "hardware_note": hardware_note(trials),
+        "warnings": summary["warnings"],
+        "last_error": summary["last_error"],
+    }
+    view["version"] = hashlib.sha1(
+        json.dumps(view, sort_keys=True, default=str).encode()
+    ).hexdigest()[:16]
+    return view

@@ -1,0 +1,68 @@
+"""``autoresearch serve``: the study page on uvicorn, and ``report --html``'s one-file page."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from air_skills.errors import InvalidInput
+from autoresearch.web.app import build_app, is_loopback
+from autoresearch.web.data import StudyIndex, default_roots, study_view
+from autoresearch.web.page import page_html
+
+HTML_REPORT = "report.html"
+
+
+def server_token(host: str) -> str | None:
+    """The token (AIR_MCP_TOKEN, as ``air-mcp`` over HTTP); refuses a non-loopback bind without."""
+    from air_skills import settings
+
+    token = settings.get("AIR_MCP_TOKEN")
+    if not token and not is_loopback(host):
+        raise InvalidInput(
+            f"the study page would listen on {host} without a token",
+            hint="set AIR_MCP_TOKEN to a secret and open the page with ?token=THAT, or bind"
+            " 127.0.0.1 (the default)",
+        )
+    return token or None
+
+
+def serve(
+    roots: list[Path],
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    mlflow_url: str | None = "http://127.0.0.1:5000",
+    announce: Callable[[str], Any] = print,
+) -> None:
+    """Serve the studies under ``roots`` (default ./studies) until interrupted."""
+    import uvicorn
+
+    token = server_token(host)
+    index = StudyIndex(roots or default_roots(), mlflow_url=mlflow_url)
+    app = build_app(index, token=token, bind_host=host)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    where = ", ".join(str(r) for r in index.roots)
+    announce(f"study page: {url} (studies under {where}; Ctrl-C to stop)")
+    if token:
+        announce("token: AIR_MCP_TOKEN (open the page with ?token=..., or send it as a bearer)")
+    # access_log off: a ?token= query must never reach a log line
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def write_html(study_dir: Path | str, out: Path | str | None = None) -> Path:
+    """The study page as one self-contained file (data, patches, CSS and JS inlined)."""
+    from autoresearch.report.report import load_state
+
+    folder = Path(study_dir).expanduser().resolve()
+    study, state = load_state(folder)
+    view = study_view(study.name, folder, study, state)
+    patches = {t.number: t.patch for t in state.trials.values() if t.patch}
+    config = {"mode": "file", "canStop": False, "inline": {"study": view, "patches": patches}}
+    path = Path(out) if out else folder / HTML_REPORT
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(page_html(config, title=f"{study.name}: study report"), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

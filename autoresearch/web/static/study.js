@@ -1,0 +1,247 @@
+// The study page (our own code: no library, no network beyond this server's /api/).
+// window.AIR = {mode: "live" | "file", canStop, inline: {studies, study, patches}}.
+"use strict";
+(function () {
+  const AIR = window.AIR || { mode: "live" };
+  const app = document.getElementById("app");
+  const POLL_MS = 1000;
+  const ui = { sort: "n", asc: true, filter: "", status: "", selected: null, version: null };
+  let current = null;
+
+  const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g,
+    (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+  const num = (v, d = 5) => (v == null || v === "" ? "" : typeof v === "number" ? +v.toPrecision(d) + "" : esc(v));
+  const usd = (v) => (v == null ? "" : "$" + (v < 1 ? v.toFixed(4) : v.toFixed(2)));
+  const dur = (s) => (s == null ? "" : s < 90 ? s.toFixed(1) + " s" : s < 5400 ? (s / 60).toFixed(1) + " min" : (s / 3600).toFixed(2) + " h");
+  const studyKey = () => {
+    if (AIR.mode === "file") return AIR.inline.study ? AIR.inline.study.key : null;
+    const m = location.pathname.match(/^\/studies\/([^/]+)/);
+    return m ? decodeURIComponent(m[1]) : null;
+  };
+
+  async function getJSON(url) {
+    const r = await fetch(url, { cache: "no-cache", credentials: "same-origin" });
+    if (!r.ok) throw new Error((await r.text()) || r.statusText);
+    return r.json();
+  }
+
+  // --- the studies list --------------------------------------------------------------------
+  function renderList(studies) {
+    const rows = studies.map((s) => s.error
+      ? `<tr><td>${esc(s.key)}</td><td colspan=6 class=note>${esc(s.error)}</td></tr>`
+      : `<tr class=study><td><a href="/studies/${encodeURIComponent(s.key)}">${esc(s.name)}</a></td>
+         <td><span class="badge ${esc(s.state)}">${esc(s.state)}</span></td>
+         <td>${s.trials_done} / ${s.trials_budget}</td>
+         <td>${num(s.best)} <span class=muted>${esc(s.metric)} (${esc(s.direction)})</span></td>
+         <td>${usd(s.usd)}</td><td class=muted>${esc(s.study_dir)}</td></tr>`).join("");
+    app.innerHTML = `<h1>Studies</h1>
+      <table id=studies><thead><tr><th>study</th><th>state</th><th>trials done / budget</th>
+      <th>best</th><th>cost so far</th><th>folder</th></tr></thead><tbody>${rows ||
+      "<tr><td colspan=6 class=muted>no studies found</td></tr>"}</tbody></table>`;
+  }
+
+  // --- the best-so-far chart (SVG) -----------------------------------------------------------
+  function chart(v) {
+    const W = 760, H = 300, L = 56, R = 12, T = 12, B = 28;
+    const pts = v.trials.filter((t) => t.value != null && isFinite(t.value));
+    if (!pts.length) return `<p class=muted>no trial has reported ${esc(v.objective.metric)} yet</p>`;
+    const band = v.noise.floor || 0;
+    const ys = pts.map((t) => t.value).concat(v.best_so_far.map((p) => p[1] + band), v.best_so_far.map((p) => p[1] - band));
+    let y0 = Math.min(...ys), y1 = Math.max(...ys);
+    if (y0 === y1) { y0 -= 1; y1 += 1; }
+    const n = Math.max(1, ...v.trials.map((t) => t.n));
+    const X = (x) => L + (x / n) * (W - L - R), Y = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+    let s = `<svg id=chart viewBox="0 0 ${W} ${H}" width="100%" role=img aria-label="objective per trial">`;
+    for (let i = 0; i <= 4; i++) {
+      const y = y0 + (i / 4) * (y1 - y0);
+      s += `<line x1=${L} x2=${W - R} y1=${Y(y)} y2=${Y(y)} stroke="#eee"/><text x=${L - 6} y=${Y(y) + 4} text-anchor=end>${num(y, 4)}</text>`;
+    }
+    s += `<text x=${(W + L) / 2} y=${H - 6} text-anchor=middle>trial</text>`;
+    const line = v.best_so_far;
+    if (line.length) {
+      let d = "", up = "", down = "";
+      line.forEach(([x, y], i) => {
+        const nx = i + 1 < line.length ? line[i + 1][0] : n;
+        d += `${i ? "L" : "M"}${X(x)},${Y(y)}L${X(nx)},${Y(y)}`;
+        up += `${i ? "L" : "M"}${X(x)},${Y(y + band)}L${X(nx)},${Y(y + band)}`;
+        down = `L${X(nx)},${Y(y - band)}L${X(x)},${Y(y - band)}` + down;
+      });
+      if (band > 0) s += `<path class=band d="${up}${down}Z" fill="#16a34a" fill-opacity=0.12 />`;
+      s += `<path class=best d="${d}" fill=none stroke="#16a34a" stroke-width=2 />`;
+    }
+    for (const t of pts) {
+      const c = t.status === "PRUNED" ? "#ea580c" : t.source === "baseline" || t.source === "noise" ? "#6b7280" : t.decision === "keep" ? "#16a34a" : "#2563eb";
+      s += `<circle class=pt data-n=${t.n} cx=${X(t.n)} cy=${Y(t.value)} r=${v.trials.length > 300 ? 2 : 3.5} fill="${c}"><title>trial ${t.n}: ${num(t.value)} ${esc(t.diff_text)}</title></circle>`;
+    }
+    for (const t of v.trials.filter((t) => t.status === "FAILED"))
+      s += `<path d="M${X(t.n) - 4},${H - B}L${X(t.n) + 4},${H - B}L${X(t.n)},${H - B - 7}Z" fill="#dc2626"><title>trial ${t.n} failed</title></path>`;
+    return s + "</svg><div class=muted>dots: trials (green: kept, grey: baseline runs, orange: pruned, red: failed) · line: best so far · band: noise floor</div>";
+  }
+
+  function spark(curve) {
+    if (!curve || curve.length < 2) return `<span class=muted>no metric yet</span>`;
+    const W = 220, H = 48, xs = curve.map((p) => p[0]), ys = curve.map((p) => p[1]);
+    const x0 = Math.min(...xs), x1 = Math.max(...xs) || 1, y0 = Math.min(...ys), y1 = Math.max(...ys);
+    const X = (x) => 2 + ((x - x0) / (x1 - x0 || 1)) * (W - 4), Y = (y) => 2 + (1 - (y - y0) / (y1 - y0 || 1)) * (H - 4);
+    const d = curve.map((p, i) => `${i ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");
+    return `<svg class=curve width=${W} height=${H}><path d="${d}" fill=none stroke="#2563eb" stroke-width=1.5 /></svg> <span class=muted>${num(ys[ys.length - 1], 4)} @ ${num(xs[xs.length - 1])}</span>`;
+  }
+
+  function diffHtml(text) {
+    return esc(text).split("\n").map((l) => {
+      const c = l.startsWith("+++") || l.startsWith("---") || l.startsWith("diff ") ? "file" : l.startsWith("@@") ? "hunk" : l.startsWith("+") ? "add" : l.startsWith("-") ? "del" : "";
+      return c ? `<span class=${c}>${l}</span>` : l;
+    }).join("\n");
+  }
+
+  // --- the study page ----------------------------------------------------------------------
+  function skeleton(v) {
+    app.innerHTML = `<p>${AIR.mode === "live" ? '<a href="/">← all studies</a>' : ""}</p>
+      <h1 id=title></h1><div id=notes></div><div class=cards id=cards></div>
+      <div class=grid2><div class=panel id=chartbox></div>
+        <div><div class=panel><b>Budget</b><div id=budget></div></div>
+        <div class=panel style="margin-top:12px"><b>GPUs in use</b><div id=gpus></div></div></div></div>
+      <h2>Running trials</h2><div id=running class=panel></div>
+      <h2>Trials</h2><div class=filters><input id=filter placeholder="filter: text in any column" size=36>
+        <select id=status><option value="">every status</option><option>SUCCEEDED</option><option>RUNNING</option>
+        <option>PRUNED</option><option>FAILED</option><option>CANCELLED</option><option>PROPOSED</option></select>
+        <span id=shown class=muted></span></div>
+      <div class=table-wrap><table id=trials><thead><tr>${COLS.map(([k, h]) => `<th data-k=${k}>${h}</th>`).join("")}</tr></thead><tbody></tbody></table></div>
+      <div id=detail></div>
+      <h2>Code lineage</h2><div id=lineage class=panel></div>`;
+    const f = document.getElementById("filter"), st = document.getElementById("status");
+    f.value = ui.filter; st.value = ui.status;
+    f.addEventListener("input", () => { ui.filter = f.value.toLowerCase(); renderTable(current); });
+    st.addEventListener("change", () => { ui.status = st.value; renderTable(current); });
+    document.querySelector("#trials thead").addEventListener("click", (e) => {
+      const k = e.target.dataset.k; if (!k) return;
+      ui.asc = ui.sort === k ? !ui.asc : true; ui.sort = k; renderTable(current);
+    });
+    document.querySelector("#trials tbody").addEventListener("click", (e) => {
+      const tr = e.target.closest("tr.trial"); if (!tr || e.target.tagName === "A") return;
+      ui.selected = +tr.dataset.n; renderTable(current); showTrial(ui.selected);
+    });
+  }
+
+  const COLS = [["n", "#"], ["source", "source"], ["diff_text", "config diff"], ["patch", "patch"], ["status", "status"],
+    ["value", "value ± std"], ["decision", "decision"], ["duration_s", "duration"], ["usd", "cost"], ["hardware", "hardware"], ["mlflow", "MLflow"]];
+
+  function patchText(t) {
+    const p = t.patch_summary;
+    if (!p) return t.code ? "(parent's code)" : "";
+    return `${Object.keys(p.files || {}).length} file(s) +${p.added || 0} −${p.removed || 0}`;
+  }
+
+  function renderTable(v) {
+    const key = ui.sort;
+    let rows = v.trials.filter((t) => (!ui.status || t.status === ui.status) &&
+      (!ui.filter || [t.n, t.source, t.diff_text, t.status, t.decision, t.reason, t.hardware, t.rationale].join(" ").toLowerCase().includes(ui.filter)));
+    const val = (t) => (key === "patch" ? patchText(t) : t[key]);
+    rows.sort((a, b) => {
+      const x = val(a), y = val(b);
+      const c = x == null ? 1 : y == null ? -1 : typeof x === "number" ? x - y : String(x).localeCompare(String(y));
+      return ui.asc ? c : -c;
+    });
+    document.getElementById("shown").textContent = `${rows.length} of ${v.trials.length} trials`;
+    document.querySelectorAll("#trials th").forEach((th) => { th.className = th.dataset.k === key ? "sorted" + (ui.asc ? " asc" : "") : ""; });
+    document.querySelector("#trials tbody").innerHTML = rows.map((t) => `<tr class="trial${t.decision === "keep" ? " keep" : ""}${t.n === ui.selected ? " selected" : ""}${t.code ? " code" : ""}" data-n=${t.n}>
+      <td>${t.n}</td><td>${esc(t.source)}</td><td>${esc(t.diff_text)}</td><td>${esc(patchText(t))}</td>
+      <td><span class="badge s-${esc(t.status)}">${esc(t.status)}</span></td>
+      <td>${num(t.value)}${t.std != null ? ` ± ${num(t.std, 3)} <span class=muted>(${t.seeds} seeds)</span>` : ""}</td>
+      <td>${esc(t.decision || "")}${t.reason ? `<div class=muted>${esc(t.reason)}</div>` : ""}</td>
+      <td>${dur(t.duration_s)}</td><td title="GPU-h ${num(t.gpu_hours, 3)}, LLM ${usd(t.llm_usd)}">${usd(t.usd)}</td>
+      <td>${esc(t.hardware)}</td><td>${t.mlflow ? `<a href="${esc(t.mlflow)}" target=_blank rel=noopener>run</a>` : ""}</td></tr>`).join("");
+  }
+
+  async function showTrial(n) {
+    const t = current.trials.find((x) => x.n === n), box = document.getElementById("detail");
+    if (!t) { box.innerHTML = ""; return; }
+    let html = `<h2>Trial ${t.n} <span class="badge s-${esc(t.status)}">${esc(t.status)}</span></h2><div class=panel>
+      <div><b>diff:</b> ${esc(t.diff_text)}</div>${t.rationale ? `<div><b>why:</b> ${esc(t.rationale)}</div>` : ""}
+      ${t.failure ? `<div class=note><b>failure:</b> ${esc(t.failure)}</div>` : ""}
+      <div class=muted>job ${esc(t.job_id || "")} · run ${esc(t.run_id || "")}${t.parent != null ? ` · parent trial ${t.parent}` : ""}</div>`;
+    if (t.code) {
+      let p = AIR.mode === "file" ? { patch: (AIR.inline.patches || {})[n] || "" } : null;
+      if (!p) {
+        try { p = await getJSON(`/api/studies/${encodeURIComponent(current.key)}/trials/${n}/patch`); }
+        catch (e) { p = { patch: "", error: e.message }; }
+      }
+      html += `<div><b>patch</b> (against ${t.parent != null ? "trial " + t.parent : "the base"}):</div><pre class=diff id=patch>${diffHtml(p.patch || "(no patch of its own)")}</pre>`;
+    }
+    box.innerHTML = html + "</div>";
+  }
+
+  function renderStudy(v) {
+    if (!document.getElementById("cards")) skeleton(v);
+    current = v;
+    const best = v.best;
+    document.title = `${v.name} · ${v.state}`;
+    document.getElementById("title").innerHTML = `${esc(v.name)} <span class="badge ${esc(v.state)}">${esc(v.state)}${v.stop_reason ? ": " + esc(v.stop_reason) : ""}</span>` +
+      (AIR.canStop && v.state === "running" ? ` <button class=danger id=stop>stop study</button>` : "");
+    const stop = document.getElementById("stop");
+    if (stop) stop.onclick = stopStudy;
+    const c = v.cost, b = v.budget;
+    const done = v.trials.filter((t) => ["SUCCEEDED", "FAILED", "PRUNED", "CANCELLED"].includes(t.status)).length;
+    document.getElementById("cards").innerHTML = [
+      ["trials done / budget", `${done} / ${b.trials.limit}`],
+      [`best ${esc(v.objective.metric)} (${esc(v.objective.direction)})`, best ? `${num(best.value)} <span class=muted>trial ${best.trial}</span>` : "—"],
+      ["noise floor", v.noise.floor != null ? num(v.noise.floor, 3) : "—"],
+      ["cost so far", `${usd(c.usd)} <span class=muted>GPU ${usd(c.gpu_usd)} · LLM ${usd(c.llm_usd)}</span>`],
+      ["per kept improvement", c.usd_per_improvement != null ? `${usd(c.usd_per_improvement)} <span class=muted>${c.kept_improvements} kept</span>` : "—"],
+    ].map(([k, x]) => `<div class=card><div class=k>${k}</div><div class=v>${x}</div></div>`).join("");
+    const notes = [v.hardware_note, ...(v.warnings || []), v.last_error && `[${v.last_error.code}] ${v.last_error.message}`].filter(Boolean);
+    document.getElementById("notes").innerHTML = notes.map((x) => `<div class=note>${esc(x)}</div>`).join("");
+    document.getElementById("chartbox").innerHTML = chart(v);
+    const lim = [["trials", b.trials.used, b.trials.limit, ""], ["wall time", b.wall_time_min.used, b.wall_time_min.limit, " min"],
+      ["GPU-hours", b.gpu_hours.used, b.gpu_hours.limit, ""], ["LLM dollars", b.llm_usd.used, b.llm_usd.limit, ""]];
+    document.getElementById("budget").innerHTML = lim.map(([k, u, l, unit]) => {
+      const pct = l ? Math.min(100, (100 * u) / l) : 0;
+      return `<div>${k}: ${num(u, 4)}${unit}${l ? ` / ${num(l, 4)}${unit}` : " <span class=muted>(no limit)</span>"}</div><div class="bar${l && u >= l ? " over" : ""}"><span style="width:${pct}%"></span></div>`;
+    }).join("");
+    document.getElementById("gpus").innerHTML = v.gpus.length ? v.gpus.map((g) => `<div>GPU ${g.index} ${esc(g.name)}: ${g.jobs.map(esc).join(", ")}</div>`).join("") : `<span class=muted>none</span>`;
+    document.getElementById("running").innerHTML = v.running.length ? v.running.map((r) => `<div class=spark data-n=${r.n}><div>trial ${r.n} <span class=muted>${esc(r.diff_text)} · ${dur(r.duration_s)}</span></div>${spark(r.curve)}</div>`).join("") : `<span class=muted>none running</span>`;
+    renderTable(v);
+    renderLineage(v);
+  }
+
+  function renderLineage(v) {
+    const box = document.getElementById("lineage");
+    if (!v.lineage.length) { box.innerHTML = `<span class=muted>no code trials in this study</span>`; return; }
+    const kids = {};
+    for (const t of v.lineage) (kids[t.parent == null ? "base" : t.parent] ||= []).push(t);
+    const known = new Set(v.lineage.map((t) => t.n));
+    const node = (t) => `<li><a href="#" data-n=${t.n}>trial ${t.n}</a> <span class="badge s-${esc(t.status)}">${esc(t.status)}</span> ${num(t.value)} ${esc(t.decision || "")}${kids[t.n] ? `<ul class=tree>${kids[t.n].map(node).join("")}</ul>` : ""}</li>`;
+    const roots = v.lineage.filter((t) => t.parent == null || !known.has(t.parent));
+    box.innerHTML = `<ul class=tree><li>base code<ul class=tree>${roots.map(node).join("")}</ul></li></ul>` +
+      (v.winning_patch ? `<div><b>winning patch</b> (trial ${v.best.trial}, from the base):</div><pre class=diff id=winning>${diffHtml(v.winning_patch)}</pre>` : "");
+    box.querySelectorAll("a[data-n]").forEach((a) => a.addEventListener("click", (e) => { e.preventDefault(); ui.selected = +a.dataset.n; renderTable(current); showTrial(ui.selected); }));
+  }
+
+  async function stopStudy() {
+    if (!confirm(`Stop study ${current.name} and cancel its running trials?`)) return;
+    const r = await fetch(`/api/studies/${encodeURIComponent(current.key)}/stop`, { method: "POST", credentials: "same-origin" });
+    if (!r.ok) alert(await r.text());
+    tick();
+  }
+
+  // --- live updates: short polling; a view whose version did not change is not redrawn ------
+  async function tick() {
+    try {
+      const key = studyKey();
+      if (AIR.mode === "file") {
+        key ? renderStudy(AIR.inline.study) : renderList(AIR.inline.studies || []);
+        return;
+      }
+      if (key) {
+        const v = await getJSON(`/api/studies/${encodeURIComponent(key)}`);
+        if (v.version !== ui.version) { ui.version = v.version; renderStudy(v); }
+      } else {
+        renderList((await getJSON("/api/studies")).studies);
+      }
+    } catch (e) {
+      if (!current) app.innerHTML = `<p class=note>${esc(e.message)}</p>`;
+    }
+    if (AIR.mode === "live") setTimeout(tick, POLL_MS);
+  }
+  tick();
+})();
