@@ -33,10 +33,17 @@ def logs(
     tail: int = typer.Option(100, "--tail"),
     follow: bool = typer.Option(False, "--follow", "-f"),
     rank: Optional[int] = typer.Option(None, "--rank", help="only this rank's lines (a gang)"),
+    grep: Optional[str] = typer.Option(
+        None, "--grep", help="only lines matching this RE2 regular expression (LINE:text)"
+    ),
+    last_match: bool = typer.Option(False, "--last-match", help="--grep: the last matches"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Print a job's output (stdout and stderr)."""
     check_range("--tail", tail, 0)
+    if grep is not None:
+        print_matches(job, grep, last_match, tail, as_json)
+        return
     if rank is not None:
         check_range("--rank", rank, 0)
     c = client()
@@ -51,6 +58,28 @@ def logs(
     sys.stdout.flush()
     if follow:
         follow_log(c, job, as_json, offset=chunk.next_offset, rank=rank)
+
+
+def print_matches(job: str, pattern: str, last_match: bool, most: int, as_json: bool) -> None:
+    """`air logs --grep`: the matching lines as LINE:text (at most ``most``, 200 at most)."""
+    import dataclasses
+
+    found = client().search_log(job, pattern, last_match=last_match, max_matches=most or 1)
+    if as_json:
+        emit_json(dataclasses.asdict(found))
+        return
+    sys.stdout.write("".join(f"{m.line}:{m.text}\n" for m in found.matches))
+    if found.searched < found.size:
+        say(
+            err,
+            f"the search stopped at its deadline after {found.searched} of {found.size} bytes:"
+            " narrow the pattern",
+        )
+    elif found.total > len(found.matches):
+        which = "last" if last_match else "first"
+        say(
+            err, f"{found.total} lines match; these are the {which} {len(found.matches)} (--tail N)"
+        )
 
 
 def follow_log(

@@ -117,7 +117,13 @@ def _grep(client: Client, job_id: str, pattern: str, last_match: bool, most: int
     ]
     shown = len(lines)
     more = None
-    if found.total > shown:
+    if found.searched < found.size:
+        more = (
+            f"the search stopped at its deadline after {found.searched} of {found.size} bytes"
+            f" ({found.total} matching lines so far): narrow the pattern, or read the rest with"
+            f" get_logs offset={found.searched}"
+        )
+    elif found.total > shown:
         which = "last" if last_match else "first"
         more = f"{found.total} lines match; these are the {which} {shown}"
     elif found.size == 0:
@@ -128,7 +134,7 @@ def _grep(client: Client, job_id: str, pattern: str, last_match: bool, most: int
         offset=0,
         next_offset=found.size,
         size=found.size,
-        truncated=found.total > shown,
+        truncated=found.total > shown or found.searched < found.size,
         more=more,
         matches=lines,
         total_matches=found.total,
