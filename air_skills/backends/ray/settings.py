@@ -27,8 +27,8 @@ def configure(
 ) -> dict[str, str | None]:
     """Save AIR_HOME's Ray settings (an empty string clears one); returns them all."""
     problems = []
-    if backend is not None and backend not in ("local", "ray", ""):
-        problems.append(f"backend: {backend!r} is not local or ray")
+    if backend is not None and backend not in ("local", "ray", "slurm", ""):
+        problems.append(f"backend: {backend!r} is not local, ray or slurm")
     if job_root and not job_root.startswith("/"):
         problems.append(f"job root: {job_root!r} must be an absolute path on the cluster's nodes")
     if max_node_gpus is not None and max_node_gpus < 0:

@@ -1,0 +1,192 @@
+"""The Slurm backend: the same job specs on a Slurm cluster, through its commands.
+
+A job with ``backend: slurm`` is prepared as every job is (folder, code snapshot, MLflow run),
+recorded, then submitted with ``sbatch``; its record holds ``backend_ref = "slurm:<id>"`` and
+is reconciled against ``squeue`` / ``scontrol`` on each client call (see ``reconcile.py``).
+The job folder must be readable by the nodes: on a single-node cluster (this host) it is; on
+a larger one AIR_HOME must live under ``AIR_SLURM_SHARED_DIR``. ``docs/slurm.md`` says more.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import UTC, datetime
+
+from air_skills import settings
+from air_skills.backends.base import already_finished
+from air_skills.backends.info import row_to_info
+from air_skills.backends.settle import finish
+from air_skills.backends.slurm import commands
+from air_skills.backends.slurm import reconcile as reconciling
+from air_skills.backends.slurm.submit import NICE, sbatch_options, slurm_id_of, submit
+from air_skills.errors import AirError, BackendUnavailable, InvalidSpec
+from air_skills.models import JobInfo, JobSpec
+from air_skills.runtime.code.job_code import plan_code
+from air_skills.runtime.launch.prepare import (
+    LaunchContext,
+    find_by_idempotency_key,
+    job_name,
+    prepare_job,
+    recording,
+)
+from air_skills.runtime.store.records import JobRecord
+from air_skills.status import JobStatus
+
+STOP_WAIT_S = 15.0
+
+
+class SlurmBackend:
+    """Submit, reconcile, cancel and read logs of jobs on Slurm, over one AIR_HOME."""
+
+    def __init__(self, runtime: LaunchContext) -> None:
+        self.runtime = runtime
+
+    # --- launching --------------------------------------------------------------------------
+
+    def launch(self, spec: JobSpec, dry_run: bool = False) -> JobInfo:
+        rt, store = self.runtime, self.runtime.store
+        self._check(spec)
+        name = job_name(spec.name, spec.command)
+        if dry_run:
+            opts = " ".join(sbatch_options("job-…", spec, rt.home / "jobs" / "JOB"))
+            return JobInfo(
+                job_id="dry-run",
+                name=name,
+                status=JobStatus.QUEUED,
+                message=f"DRY RUN: would submit {spec.command!r} from {spec.workdir} to Slurm"
+                f" with `sbatch {opts}`; nothing was launched",
+                priority=spec.priority,
+                created_at=datetime.now(UTC),
+                backend="slurm",
+                project=spec.project or "default",
+            )
+        existing = find_by_idempotency_key(
+            store, spec.idempotency_key, spec.model_dump(mode="json")
+        )
+        if existing is not None:
+            return row_to_info(existing)
+        code = plan_code(rt.home, spec.workdir, spec.patch) if spec.code == "snapshot" else None
+        job = prepare_job(
+            rt,
+            name=name,
+            config=spec.config,
+            data=spec.data,
+            track=spec.track,
+            experiment=spec.experiment,
+            tags={**spec.tags, "air.backend": "slurm"},
+            code=code,
+        )
+        (job.jdir / "output.log").touch()
+        with recording(rt, job) as c:
+            got, created = store.queue(
+                spec.model_dump(mode="json"),
+                job.job_id,
+                str(job.log_path),
+                job.name,
+                job.run_id,
+                job.experiment_id,
+                "QUEUED: submitting to Slurm",
+                c=c,
+                project=spec.resolved_project(),
+                jdir=job.jdir,
+            )
+            if created and job.code is not None:
+                store.set_code(c, job.job_id, job.code)
+        if not created:
+            return row_to_info(_reread(store, got))
+        row = _reread(store, job.job_id)
+        try:
+            submit(rt, row, spec)
+        except InvalidSpec as exc:  # sbatch refused it: the record says why, and so do we
+            finish(rt, row, JobStatus.FAILED, f"FAILED: {exc.message}", failure_kind="user")
+            raise
+        except BackendUnavailable:
+            # sbatch may or may not have reached the controller: reconcile finds the job by
+            # its name, or fails the record after the grace period.
+            raise
+        return row_to_info(_reread(store, job.job_id))
+
+    def _check(self, spec: JobSpec) -> None:
+        """Refuse, before anything is created, what this backend cannot run."""
+        if spec.image:
+            raise InvalidSpec(
+                "container images on Slurm need the cluster's container plugin (pyxis), which"
+                " this backend does not drive yet",
+                hint="drop --image (the job runs its code snapshot on the node), or launch the"
+                " image with backend 'local' or 'ray'",
+            )
+        if spec.nodes > 1:
+            raise InvalidSpec(
+                f"nodes={spec.nodes}: multi-node gangs on Slurm (srun + torchrun per node) are"
+                " not built yet",
+                hint="use nodes=1 with procs (one torchrun inside the allocation), or backend"
+                " 'ray' for several nodes",
+            )
+        if spec.priority not in NICE:
+            raise InvalidSpec(f"priority {spec.priority!r} has no Slurm mapping")
+        self._check_shared_folder()
+
+    def _check_shared_folder(self) -> None:
+        """On a cluster of more than this host, the job folders must be on shared storage."""
+        nodes = {n for n, _ in commands.nodes()}
+        here = {socket.gethostname().split(".")[0], socket.gethostname()}
+        if nodes <= here:
+            return
+        shared = settings.get("AIR_SLURM_SHARED_DIR")
+        home = self.runtime.home
+        if not shared:
+            raise InvalidSpec(
+                f"the Slurm cluster has nodes other than this host ({', '.join(sorted(nodes))})"
+                f" and AIR_SLURM_SHARED_DIR is not set: the nodes could not read {home}",
+                hint="set AIR_SLURM_SHARED_DIR to a folder every node mounts, and AIR_HOME to a"
+                " folder under it",
+            )
+        if not str(home).startswith(str(shared).rstrip("/") + "/"):
+            raise InvalidSpec(
+                f"AIR_HOME {home} is not under AIR_SLURM_SHARED_DIR {shared}: the nodes could"
+                " not read the job folders",
+                hint=f"set AIR_HOME to a folder under {shared}",
+            )
+
+    # --- watching and stopping ------------------------------------------------------------------
+
+    def reconcile(self) -> int:
+        try:
+            return reconciling.reconcile(self.runtime)
+        except BackendUnavailable:  # records keep their last known status
+            return 0
+
+    def logs(self, record: JobRecord) -> None:
+        """The runner appends to the job's log on the shared folder: nothing to fetch."""
+
+    def cancel(self, record: JobRecord, reason: str, wait_s: float = STOP_WAIT_S) -> JobInfo:
+        """scancel (SIGTERM, then SIGKILL after the cluster's KillWait); CANCELLED when done."""
+        rt, store = self.runtime, self.runtime.store
+        self.reconcile()
+        row = _reread(store, record.job_id)
+        status = JobStatus(row.status)
+        if status.is_terminal():
+            raise already_finished(row.job_id, status.value)
+        sid = slurm_id_of(row.backend_ref)
+        with store.tx() as c:
+            if status == JobStatus.RUNNING:
+                store.request_stop(c, row.job_id, "cancel", reason)
+        if sid is not None:
+            commands.scancel(sid)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                job = commands.queue([sid]).get(sid) or commands.show(sid)
+                if job is None or job.state.split()[0] not in commands.ACTIVE:
+                    break
+                time.sleep(0.2)
+        row = _reread(store, row.job_id)
+        finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {reason}", done_marker=reconciling.DONE)
+        return row_to_info(_reread(store, row.job_id))
+
+
+def _reread(store: object, job_id: str) -> JobRecord:
+    row = store.row(job_id)  # type: ignore[attr-defined]
+    if row is None:
+        raise AirError(f"job {job_id} vanished from the store", hint="run `air doctor`")
+    return row

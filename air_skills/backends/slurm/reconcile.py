@@ -1,0 +1,236 @@
+"""Reconciling Slurm records with what Slurm says (squeue, scontrol) and what the job left.
+
+    PENDING, REQUEUED, ...     -> QUEUED     (the reason Slurm gives, in the message)
+    RUNNING, COMPLETING, ...   -> RUNNING
+    COMPLETED                  -> SUCCEEDED
+    FAILED, OUT_OF_MEMORY      -> FAILED (user; retried while max_retries allows)
+    TIMEOUT, DEADLINE          -> TIMED_OUT
+    CANCELLED                  -> CANCELLED  (by AIR, or by scancel outside it: said so)
+    NODE_FAIL, BOOT_FAIL, ...  -> an infra failure: resubmitted (the node excluded where the
+                                  cluster has others) while AIR_MAX_INFRA_RETRIES allows
+    (forgotten: MinJobAge)     -> settled from the runner's ``slurm-exit.json``
+
+A job whose submitter died after ``sbatch`` and before recording the id is found again by its
+Slurm job name (``air-<job id>``). An unreachable controller changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from air_skills.backends.settle import finish, finish_stopped
+from air_skills.backends.slurm import commands
+from air_skills.backends.slurm.commands import ACTIVE, INFRA, WAITING, SlurmJob
+from air_skills.backends.slurm.runner import EXIT_FILE
+from air_skills.backends.slurm.submit import job_name, ref_of, slurm_id_of, submit
+from air_skills.errors import AirError
+from air_skills.models import STORED, JobSpec
+from air_skills.runtime.launch.prepare import LaunchContext
+from air_skills.runtime.results.outcomes import max_infra_retries
+from air_skills.runtime.store.records import JobRecord
+from air_skills.status import JobStatus
+
+SUBMIT_GRACE_S = 60.0  # a record with no Slurm id yet is left alone this long
+DONE = "slurm.done"
+
+
+def read_exit(jdir: Path) -> dict[str, Any] | None:
+    """The runner's record of the command's end, if it wrote one (a regular file only)."""
+    path = jdir / EXIT_FILE
+    try:
+        if not path.is_file() or path.is_symlink():
+            return None
+        data = json.loads(path.read_text()[:4096])
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def reconcile(rt: LaunchContext) -> int:
+    """Bring live Slurm records in line with Slurm. Returns how many changed."""
+    rows = rt.store.rows("WHERE backend='slurm' AND status IN ('QUEUED','RUNNING') ORDER BY seq")
+    if not rows:
+        return 0
+    ids = [i for r in rows if (i := slurm_id_of(r.backend_ref))]
+    lost = frozenset(job_name(r.job_id) for r in rows if not r.backend_ref)
+    seen = commands.queue(ids, lost)
+    changed = 0
+    for row in rows:
+        sid = slurm_id_of(row.backend_ref)
+        if sid is None:
+            changed += _adopt(rt, row, seen.get(job_name(row.job_id)))
+            continue
+        job = seen.get(sid) or commands.show(sid)
+        try:
+            changed += settle(rt, row, sid, job)
+        except AirError as exc:  # one job's trouble never stops the others' reconcile
+            rt.store.event(row.job_id, "slurm-reconcile", f"not settled: {exc.message}")
+    return changed
+
+
+def _adopt(rt: LaunchContext, row: JobRecord, job: SlurmJob | None) -> int:
+    """A record without a Slurm id: adopt the job its dead submitter left, or give up on it."""
+    if job is not None:
+        if rt.store.set_backend_ref(row.job_id, ref_of(job.job_id), expected=None):
+            rt.store.event(row.job_id, "slurm-adopted", f"found again as Slurm job {job.job_id}")
+            return 1
+        return 0
+    if time.time() - row.created_at < SUBMIT_GRACE_S:
+        return 0
+    return finish(
+        rt,
+        row,
+        JobStatus.FAILED,
+        "FAILED (infra): the job was never submitted to Slurm (its launcher stopped first)."
+        " Next: relaunch it",
+        failure_kind="infra",
+        done_marker=DONE,
+    )
+
+
+def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) -> int:
+    """Apply one Slurm job's state to its record."""
+    jdir = Path(row.log_path).parent
+    if job is None:  # Slurm has forgotten it (MinJobAge): its files say how it ended
+        ended = read_exit(jdir)
+        if ended is None:
+            return finish_stopped(
+                rt,
+                row,
+                JobStatus.FAILED,
+                f"FAILED (infra): Slurm no longer knows job {sid} and it left no exit record"
+                f" (killed with its node?). Next: read `air logs {row.job_id}`, then relaunch",
+                failure_kind="infra",
+                done_marker=DONE,
+            )
+        return _from_exit(rt, row, ended)
+    state = job.state.split()[0].rstrip("+")
+    if state in WAITING:
+        if row.status == "RUNNING":  # Slurm requeued it (preemption, a requeue by hand)
+            rt.store.requeue(
+                row.job_id, message=f"QUEUED: requeued by Slurm ({state})", kind="preempted"
+            )
+            return 1
+        reason = job.reason if job.reason not in ("", "None") else "waiting for resources"
+        rt.store.set_message(row.job_id, f"QUEUED on Slurm as job {sid}: {reason}")
+        return 0
+    if state in ACTIVE:
+        if row.status == "QUEUED":
+            with rt.store.tx() as c:
+                rt.store.mark_running(c, row.job_id, [], row.cpus or 1, False)
+            rt.store.set_message(row.job_id, f"RUNNING on Slurm as job {sid} on {job.node}")
+            return 1
+        return 0
+    spec = JobSpec.model_validate_json(row.spec, context=STORED)
+    ended = read_exit(jdir)
+    if state == "COMPLETED":
+        return finish(rt, row, JobStatus.SUCCEEDED, "SUCCEEDED", exit_code=0, done_marker=DONE)
+    if state in ("TIMEOUT", "DEADLINE"):
+        return finish(
+            rt,
+            row,
+            JobStatus.TIMED_OUT,
+            f"TIMED_OUT: ran past timeout_min={spec.timeout_min}; Slurm stopped it."
+            " Next: raise timeout_min, or resume from AIR_CHECKPOINT_DIR",
+            done_marker=DONE,
+        )
+    if state == "CANCELLED":
+        if row.stop_request == "cancel" or ended is None:
+            return finish_stopped(
+                rt,
+                row,
+                JobStatus.CANCELLED,
+                f"CANCELLED: Slurm job {sid} was cancelled outside AIR (scancel)",
+                done_marker=DONE,
+            )
+        return _from_exit(rt, row, ended)
+    if state in INFRA:
+        return _infra_retry(
+            rt, row, spec, f"Slurm reported {state} on node {job.node or '?'}", job.node
+        )
+    # FAILED, OUT_OF_MEMORY, and anything else that ended: the command's own failure.
+    code = (ended or {}).get("exit_code", job.exit_code)
+    why = "out of memory" if state == "OUT_OF_MEMORY" else f"exit code {code}"
+    return _user_failure(rt, row, spec, why, code)
+
+
+def _from_exit(rt: LaunchContext, row: JobRecord, ended: dict[str, Any]) -> int:
+    code = ended.get("exit_code")
+    if code == 0:
+        return finish(rt, row, JobStatus.SUCCEEDED, "SUCCEEDED", exit_code=0, done_marker=DONE)
+    if row.stop_request == "cancel":
+        return finish(
+            rt, row, JobStatus.CANCELLED, f"CANCELLED: {row.stop_reason}", done_marker=DONE
+        )
+    spec = JobSpec.model_validate_json(row.spec, context=STORED)
+    why = f"killed by {ended['signal']}" if ended.get("signal") else f"exit code {code}"
+    return _user_failure(rt, row, spec, why, code if isinstance(code, int) else None)
+
+
+def _user_failure(
+    rt: LaunchContext, row: JobRecord, spec: JobSpec, why: str, code: int | None
+) -> int:
+    if row.user_retries < spec.max_retries:
+        return _resubmit(rt, row, spec, "user", f"QUEUED: retrying after {why}", code=code)
+    return finish(
+        rt,
+        row,
+        JobStatus.FAILED,
+        f"FAILED: {why}. Next: read `air logs {row.job_id}`",
+        exit_code=code,
+        failure_kind="user",
+        done_marker=DONE,
+    )
+
+
+def _infra_retry(rt: LaunchContext, row: JobRecord, spec: JobSpec, what: str, node: str) -> int:
+    """An infra failure: resubmitted while the budget allows, its node excluded when the
+    cluster has another that could run it."""
+    if row.infra_retries >= max_infra_retries():
+        return finish(
+            rt,
+            row,
+            JobStatus.FAILED,
+            f"FAILED (infra): {what}; infra retries spent. Next: check the node (`sinfo -R`),"
+            " then relaunch",
+            failure_kind="infra",
+            done_marker=DONE,
+        )
+    exclude = _bad_nodes(rt, row) + ([node] if node else [])
+    others = {n for n, _ in commands.nodes()} - set(exclude)
+    if node:
+        rt.store.event(row.job_id, "slurm-bad-node", node)
+    message = f"QUEUED: retrying after an infra failure ({what})"
+    return _resubmit(rt, row, spec, "infra", message, exclude=exclude if others else None)
+
+
+def _resubmit(
+    rt: LaunchContext,
+    row: JobRecord,
+    spec: JobSpec,
+    kind: str,
+    message: str,
+    *,
+    code: int | None = None,
+    exclude: list[str] | None = None,
+) -> int:
+    """Requeue the record (only one process wins) and submit the next attempt."""
+    if row.status == "RUNNING" and not rt.store.requeue(
+        row.job_id, message=message, kind=kind, exit_code=code
+    ):
+        return 0
+    submit(rt, _reread(rt, row), spec, exclude)
+    return 1
+
+
+def _bad_nodes(rt: LaunchContext, row: JobRecord) -> list[str]:
+    return [e["message"] for e in rt.store.events(row.job_id) if e["kind"] == "slurm-bad-node"]
+
+
+def _reread(rt: LaunchContext, row: JobRecord) -> JobRecord:
+    fresh = rt.store.row(row.job_id)
+    assert fresh is not None
+    return fresh
