@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On machines without CUDA, pin the CPU wheel: an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install container-tools demo test test-quick lint bench clean
+.PHONY: install container-tools slurm-tools demo test test-quick lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[all,dev]" "$(TORCH)"
 	touch $@
 
-install: $(VENV)/.installed container-tools
+install: $(VENV)/.installed container-tools slurm-tools
 
 # Container jobs (issue 16) and their tests need podman, runc and busybox-static. Installed
 # with apt, as root, when missing; elsewhere skipped quietly (the container tests then skip,
@@ -26,6 +26,18 @@ container-tools:
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	    apt-get install -y -q podman runc busybox-static >/dev/null \
 	      || echo "note: apt-get could not install podman runc busybox-static"; \
+	  fi; \
+	fi
+
+# The Slurm backend's tests (issue 28) run a single-node cluster: slurm-wlm and munge, with apt,
+# as root, when missing (the lists refreshed once if the first try fails); elsewhere the Slurm
+# tests skip, saying what is missing.
+slurm-tools:
+	@if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    apt-get install -y -q slurm-wlm munge >/dev/null 2>&1 \
+	      || (apt-get update -q >/dev/null && apt-get install -y -q slurm-wlm munge >/dev/null) \
+	      || echo "note: apt-get could not install slurm-wlm munge"; \
 	  fi; \
 	fi
 
