@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import InvalidInput, InvalidState
+from air_skills.errors import InvalidInput, InvalidSpec, InvalidState
 from air_skills.runtime.code.code_source import JobCode
 from air_skills.runtime.code.snapshot_files import GIT_TIMEOUT_S, git_binary, git_root
 from air_skills.runtime.code.snapshot_store import blob_path, build_view
@@ -70,10 +70,35 @@ def _repository(code: JobCode, repo: Path | None) -> tuple[str, Path]:
     return git, top
 
 
+def check_branch_name(name: str, git: str | None = None) -> None:
+    """Refuse a branch name git could not use as one (``HEAD``, ``@``, ``-D``, ``a..b``), or
+    that it would read as something else (``refs/heads/main``, ``@{-1}``): invalid-spec."""
+    git = git or git_binary()
+    if git is None:
+        return  # the export itself says git is missing
+    checked = None
+    if not name.startswith("-") and name not in ("@", "HEAD"):
+        done = subprocess.run(
+            [git, "check-ref-format", "--branch", name],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+        checked = os.fsdecode(done.stdout).strip() if done.returncode == 0 else None
+    if checked != name or name.startswith("refs/") or "@{" in name:
+        raise InvalidSpec(
+            f"{name!r} is not a valid branch name (git check-ref-format --branch): nothing"
+            " was exported",
+            hint="give a plain new name, e.g. air/job-1234 (not HEAD, @, refs/..., or one"
+            " starting with -)",
+            branch=name,
+        )
+
+
 def _check_branch(git: str, repo: Path, name: str) -> str:
+    check_branch_name(name, git)
     ref = f"refs/heads/{name}"
-    if subprocess.run([git, "check-ref-format", ref], cwd=repo, check=False).returncode != 0:
-        raise InvalidInput(f"{name!r} is not a valid branch name", hint="e.g. air/job-1234")
     exists = subprocess.run(
         [git, "show-ref", "--verify", "--quiet", ref], cwd=repo, check=False
     ).returncode

@@ -9,7 +9,11 @@ from typing import Any
 from air_skills.errors import InvalidInput
 from air_skills.runtime.code.code_base import base_patch
 from air_skills.runtime.code.code_diff import job_diff, short_code_diff
-from air_skills.runtime.code.code_export import export_branch, export_folder
+from air_skills.runtime.code.code_export import (
+    check_branch_name,
+    export_branch,
+    export_folder,
+)
 from air_skills.runtime.code.code_gc import collect
 from air_skills.runtime.code.code_source import JobCode, load_job_code
 from air_skills.runtime.store.records import JobRecord
@@ -48,6 +52,8 @@ class CodeOps:
         """Write the job's code to ``dest``, and/or commit it on the new branch ``branch``."""
         if dest is None and branch is None:
             raise InvalidInput("nothing to export to", hint="give a folder, --branch NAME, or both")
+        if branch is not None:
+            check_branch_name(branch)  # before anything is written, the folder included
         code = self.job_code(job_id)
         out: dict[str, Any] = {"job_id": job_id}
         if dest is not None:
