@@ -1,0 +1,133 @@
+"""The study page's JSON API over HTTP against a real ``autoresearch serve`` process, its token
+rules, the stop action, and ``report --html``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from synthetic_study import write_journal
+from web_helpers import get_json, http, serving
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def studies(tmp_path: Path) -> Path:
+    root = tmp_path / "studies"
+    write_journal(root / "a", 40, name="alpha")
+    write_journal(root / "b", 12, name="beta", stopped=False)
+    return root
+
+
+def test_the_api_lists_studies_and_gives_one_in_full(studies: Path) -> None:
+    with serving(studies) as base:
+        status, body = get_json(base + "/api/studies")
+        assert status == 200
+        by_name = {s["name"]: s for s in body["studies"]}
+        assert set(by_name) == {"alpha", "beta"}
+        alpha = by_name["alpha"]
+        assert alpha["state"] == "finished" and alpha["trials_done"] == 40
+        assert alpha["trials_budget"] == 40 and alpha["best"] is not None
+        assert alpha["usd"] > 0  # H100 GPU-hours at the table's price, plus LLM dollars
+        assert by_name["beta"]["state"] == "interrupted"
+
+        status, headers, raw = http(base + "/api/studies/alpha")
+        view = json.loads(raw)
+        assert status == 200 and len(view["trials"]) == 40
+        row = view["trials"][5]
+        for key in ("diff_text", "status", "value", "decision", "duration_s", "usd", "hardware"):
+            assert key in row
+        assert row["hardware"] == "NVIDIA H100 80GB HBM3"
+        assert row["mlflow"].endswith("/runs/run00005")
+        assert view["cost"]["usd"] == pytest.approx(alpha["usd"], rel=1e-3)
+        assert view["best_so_far"] and view["noise"]["floor"] == 0.03
+        assert [n["n"] for n in view["lineage"]] == [3, 13, 23, 33]
+        assert view["lineage"][1]["parent"] == 3
+
+        # unchanged: a conditional request is answered 304 (the page's polls cost little)
+        again, _, _ = http(base + "/api/studies/alpha", headers={"If-None-Match": headers["etag"]})
+        assert again == 304
+
+        status, patch = get_json(base + "/api/studies/alpha/trials/13/patch")
+        assert status == 200 and "+lr = " in patch["patch"]
+        assert patch["chain"].count("+++ b/train.py") == 2  # its parent's patch, then its own
+
+        status, err = get_json(base + "/api/studies/nope")
+        assert status == 404 and err["error"]["code"] == "not-found" and err["error"]["hint"]
+        status, err = get_json(base + "/api/studies/alpha/trials/999/patch")
+        assert status == 404 and err["error"]["code"] == "not-found"
+
+        status, _, page = http(base + "/studies/alpha")
+        assert status == 200 and b"<script>" in page and b"src=" not in page
+
+
+def test_a_journal_change_shows_in_the_next_read(studies: Path) -> None:
+    with serving(studies / "b") as base:
+        before = get_json(base + "/api/studies/beta")[1]
+        write_journal(studies / "b", 13, name="beta", stopped=True)
+        after = get_json(base + "/api/studies/beta")[1]
+        assert len(after["trials"]) == len(before["trials"]) + 1
+        assert after["version"] != before["version"] and after["state"] == "finished"
+
+
+def test_a_foreign_host_header_is_refused_on_loopback(studies: Path) -> None:
+    with serving(studies) as base:
+        status, _, body = http(base + "/api/studies", headers={"Host": "evil.example:80"})
+        assert status == 421 and b"Host not allowed" in body
+
+
+def test_beyond_loopback_the_server_needs_a_token(studies: Path, monkeypatch) -> None:
+    monkeypatch.delenv("AIR_MCP_TOKEN", raising=False)
+    cmd = [sys.executable, "-m", "autoresearch.cli", "serve", str(studies), "--host", "0.0.0.0"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "[invalid-input]" in done.stderr and "AIR_MCP_TOKEN" in done.stderr
+
+    with serving(studies, host="0.0.0.0", env={"AIR_MCP_TOKEN": "s3cret-token"}) as base:
+        assert http(base + "/api/studies")[0] == 401
+        assert http(base + "/api/studies", headers={"Authorization": "Bearer wrong"})[0] == 401
+        ok = {"Authorization": "Bearer s3cret-token"}
+        assert get_json(base + "/api/studies", headers=ok)[0] == 200
+        status, headers, _ = http(base + "/studies/alpha?token=s3cret-token")
+        assert status == 200 and "HttpOnly" in headers["set-cookie"]
+        cookie = headers["set-cookie"].split(";")[0]
+        assert http(base + "/api/studies/alpha", headers={"Cookie": cookie})[0] == 200
+
+
+def test_stop_needs_the_token_and_stops_the_study(studies: Path, study_home: Path) -> None:
+    url = "/api/studies/beta/stop"
+    with serving(studies) as base:  # no token: stopping is off
+        status, err = get_json_post(base + url)
+        assert status == 403 and err["error"]["code"] == "invalid-state"
+    with serving(studies, env={"AIR_MCP_TOKEN": "tok"}) as base:
+        assert get_json_post(base + url)[0] == 401
+        status, body = get_json_post(base + url, {"Authorization": "Bearer tok"})
+        assert status == 200 and body["state"] == "finished"
+        assert body["stop_reason"] == "stop-request"
+        assert get_json(base + "/api/studies/beta")[1]["stop_reason"] == "stop-request"
+
+
+def get_json_post(url: str, headers: dict[str, str] | None = None):
+    status, _, body = http(url, method="POST", headers=headers)
+    return status, json.loads(body)
+
+
+def test_report_html_is_one_file_with_the_data_inlined(studies: Path) -> None:
+    folder = studies / "a"
+    cmd = [sys.executable, "-m", "autoresearch.cli", "report", str(folder), "--html", "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    paths = json.loads(done.stdout)
+    page = Path(paths["html"]).read_text()
+    assert Path(paths["html"]) == folder / "report.html"
+    assert '"mode":"file"' in page and '"name":"alpha"' in page
+    assert "src=" not in page and "<link" not in page and "http://" not in page.split("AIR=")[0]
+    assert "+lr = " in page  # code trials' patches travel in the file
+    report = Path(paths["report"]).read_text()
+    assert "**Cost:** $" in report and "per kept improvement" in report

@@ -1,0 +1,138 @@
+"""The study page in a real browser: Debian's chromium driven by Playwright (no browser download).
+
+Against a running study the page shows its trials and a trial that finishes appears without a
+reload; clicking a code trial shows its patch; a 1,000-trial study loads. Skipped, saying why,
+where chromium or Playwright is missing (``make install`` installs both).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ar_helpers import small_study, start_loop
+from synthetic_study import write_journal
+from web_helpers import serving
+
+pytestmark = pytest.mark.slow
+SCREENSHOT = Path(__file__).resolve().parents[3] / "docs" / "study-page.png"
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no chromium on PATH: `apt-get install chromium` (make install does it)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright is not installed: pip install -e '.[dev]'")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator[object]:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    ctx.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def test_a_running_study_shows_its_trials_and_a_finishing_trial_appears_without_reload(
+    page, study_home: Path, tmp_path: Path
+) -> None:
+    study = small_study(
+        name="live",
+        base_config={"steps": 8, "sleep_s": 0.5, "log": "mlflow"},
+        budget={"trials": 3, "concurrency": 1},
+    )
+    study_file = tmp_path / "live.yaml"
+    study_file.write_text(yaml.safe_dump(study))
+    folder = tmp_path / "studies" / "live"
+    loop = start_loop(study_file, folder)
+    try:
+        with serving(tmp_path / "studies") as base:
+            page.goto(base + "/")
+            page.wait_for_selector("#studies a", timeout=60_000)
+            page.click("#studies a")
+            page.wait_for_selector("#trials tbody tr.trial", timeout=60_000)
+            page.evaluate("window.__sameDocument = true")
+            # a running trial's metric curve, read live from MLflow
+            page.wait_for_selector("#running svg.curve", timeout=90_000)
+            done = "document.querySelectorAll('#trials .s-SUCCEEDED').length"
+            first = page.evaluate(done)
+            page.wait_for_function(f"{done} > {first}", timeout=120_000)
+            assert page.evaluate("window.__sameDocument") is True  # no reload happened
+            assert page.inner_text("#trials tbody").count("SUCCEEDED") > first
+    finally:
+        if loop.poll() is None:
+            loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=60)
+
+
+def test_clicking_a_code_trial_shows_its_patch(page, tmp_path: Path) -> None:
+    write_journal(tmp_path / "studies" / "code", 60, name="code-study", code_every=7)
+    with serving(tmp_path / "studies") as base:
+        page.goto(base + "/studies/code-study")
+        page.wait_for_selector("#trials tbody tr.code")
+        row = page.locator("#trials tbody tr.code").nth(1)
+        n = row.get_attribute("data-n")
+        row.click()
+        page.wait_for_selector("#patch")
+        assert f"Trial {n}" in page.inner_text("#detail")
+        assert "+++ b/train.py" in page.inner_text("#patch")
+        assert "+lr = " in page.inner_text("#patch")
+        assert page.locator("#lineage a[data-n]").count() == 9  # trials 3, 10, ..., 59
+        # sorting and filtering: the table answers without the server
+        page.click("#trials th[data-k=value]")
+        values = page.eval_on_selector_all(
+            "#trials tbody tr", "rs => rs.map(r => r.children[5].innerText).filter(Boolean)"
+        )
+        nums = [float(v.split()[0]) for v in values if v.strip()]
+        assert nums == sorted(nums)
+        page.select_option("#status", "FAILED")
+        assert page.locator("#trials tbody tr").count() == page.locator("#trials .s-FAILED").count()
+        page.select_option("#status", "")
+        row.click()
+        page.wait_for_selector("#patch")
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_a_study_of_a_thousand_trials_loads(page, tmp_path: Path) -> None:
+    write_journal(tmp_path / "studies" / "big", 1000, name="big")
+    with serving(tmp_path / "studies") as base:
+        page.goto(base + "/studies/big")
+        page.wait_for_function(
+            "document.getElementById('shown') &&"
+            " document.getElementById('shown').textContent === '1000 of 1000 trials'",
+            timeout=60_000,
+        )
+        assert page.locator("#trials tbody tr").count() == 1000
+        assert page.locator("#chart circle.pt").count() > 900  # failed trials have no value
+        assert page.locator("#chart path.best").count() == 1
+        loaded_ms = page.evaluate(
+            "performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd"
+        )
+        print(
+            f"1,000-trial study page: DOMContentLoaded at {loaded_ms:.0f} ms (bench/study_page.py)"
+        )
