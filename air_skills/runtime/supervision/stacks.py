@@ -77,8 +77,9 @@ class ProcessStack:
     def where(self) -> str:
         """``all_reduce (distributed_c10d.py:2806) from train.py:12`` or ``train.py:9 step()``;
         for a process py-spy could not read, its kernel state and wchan."""
-        if not self.frames:
-            return self.text.strip().splitlines()[-1] if self.text.strip() else "no stack"
+        if not self.frames:  # the kernel's view: its first line without the argv
+            first = self.text.strip().splitlines()[0] if self.text.strip() else "no stack"
+            return first.rpartition("): ")[2]
         inner = self.frames[0]
         user = next((f for f in self.frames if not f.is_library()), None)
         if user is inner:
@@ -122,7 +123,8 @@ def _proc_text(pid: int) -> str:
         wchan = "?"
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+            raw = f.read().replace(b"\0", b" ").replace(b"\n", b" ")
+            argv = raw.decode(errors="replace").strip()[:200]
     except OSError:
         argv = "?"
     return f"pid {pid} ({argv}): state {state}, wchan {wchan}"
@@ -154,37 +156,54 @@ def parse_main_frames(dump: str) -> list[Frame]:
     return next((frames for _, frames in threads if frames), [])
 
 
+def _spawn(exe: str | None, pid: int, native: bool) -> subprocess.Popen[str] | None:
+    if exe is None or not _is_python(pid):
+        return None
+    argv = [exe, "dump", "--full-filenames", "--pid", str(pid)] + (["--native"] if native else [])
+    try:
+        return subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+    except OSError:
+        return None
+
+
+def _collect(proc: subprocess.Popen[str] | None, deadline: float) -> tuple[str, bool]:
+    """(output, whether py-spy read the stack) of one dump, within the deadline."""
+    if proc is None:
+        return "", False
+    try:
+        text, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return "py-spy did not answer in time", False
+    return text, proc.returncode == 0
+
+
 def dump(pids: list[int], timeout_s: float = PY_SPY_TIMEOUT_S) -> list[ProcessStack]:
-    """Every process's stack, the dumps taken side by side (each within ``timeout_s``)."""
+    """Every process's stack, the dumps taken side by side (each within ``timeout_s``):
+    with native frames first, without them where native unwinding fails."""
     exe = py_spy()
-    running: list[tuple[int, subprocess.Popen[str] | None]] = []
-    for pid in pids:
-        proc = None
-        if exe is not None and _is_python(pid):
-            try:
-                proc = subprocess.Popen(
-                    [exe, "dump", "--native", "--pid", str(pid)],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    text=True,
-                )
-            except OSError:
-                proc = None
-        running.append((pid, proc))
     deadline = time.monotonic() + timeout_s
+    first = [(pid, _spawn(exe, pid, True)) for pid in pids]
+    got = {pid: _collect(proc, deadline) for pid, proc in first}
+    again = [(pid, _spawn(exe, pid, False)) for pid, proc in first if proc and not got[pid][1]]
+    deadline = time.monotonic() + timeout_s
+    for pid, proc in again:
+        text, ok = _collect(proc, deadline)
+        if ok:
+            got[pid] = (text, ok)
     out = []
-    for pid, proc in running:
-        text, python = "", False
-        if proc is not None:
-            try:
-                text, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-                python = proc.returncode == 0
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
+    for pid in pids:
+        text, python = got[pid]
         if not python:  # py-spy could not read it (or it is not Python): the kernel's view
-            text = (text.strip() + "\n" if text.strip() else "") + _proc_text(pid)
+            kernel = _proc_text(pid)
+            text = f"{kernel}\n{text.strip()}" if text.strip() else kernel
         frames = parse_main_frames(text) if python else []
         out.append(ProcessStack(pid, _rank(pid), text, frames, python))
     return out
