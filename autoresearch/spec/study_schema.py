@@ -264,7 +264,7 @@ class Study(_Strict):
     trial_timeout_min: float | None = Field(default=None, gt=0)
     max_infra_retries: int = Field(default=1, ge=0, le=20)  # relaunches after GPU/host faults
     experiment: str | None = Field(default=None, min_length=1)  # MLflow experiment
-    backend: Literal["local", "ray"] | None = None  # None: AIR_HOME's default (local)
+    backend: Literal["local", "ray", "slurm"] | None = None  # None: AIR_HOME's default (local)
     project: str | None = Field(default=None, pattern=NAME_PATTERN)
     data: list[DataInput] = Field(default_factory=list)  # [{name, path}], as in a job spec
     image: str | None = Field(default=None, max_length=255)  # every trial runs in it (JobSpec)
