@@ -72,7 +72,8 @@ class Client:
         With ``dry_run`` nothing is recorded: the returned info says what would happen, and
         whether the command would start (its executable on the job's PATH, a script argument
         in the workdir); with ``strict`` too, a command that would not start is refused
-        (``invalid-spec``). A real launch of one fails at once, as a FAILED job.
+        (``invalid-spec``). A real launch refuses it too, nothing queued, unless the spec says
+        ``check_command: false`` (a job that creates its script at run time).
         """
         return self._launch(spec, dry_run, strict=strict)
 
@@ -89,9 +90,9 @@ class Client:
             spec = spec.model_copy(update={"backend": self.store.setting("backend")})
         spec = self._resolve(spec)
         spec = self._check_data(spec)  # refused data inputs: nothing is created
-        problems = check_command(spec, snapshot) if dry_run else []
-        if problems and strict:  # `pyhton`, a misspelt train.py: refused before anything queues
-            raise refuse(problems)
+        problems = check_command(spec, snapshot) if dry_run or spec.check_command else []
+        if problems and (strict or not dry_run):  # `pyhton`, `trian.py`: refused, none queued
+            raise refuse(problems, dry_run)
         info = self.backend(spec.backend).launch(spec, dry_run=dry_run)
         if problems:
             info.message += "; WOULD NOT START: " + "; ".join(problems)

@@ -217,6 +217,11 @@ class JobSpec(_Strict):
         pattern=r"^(sha256:)?[0-9a-f]{8,64}$",
         description="the image's ID, set at launch; given, the image must still have it",
     )
+    check_command: bool = Field(
+        default=True,
+        description="refuse a launch whose program or script is missing (false: the job"
+        " creates its script at run time)",
+    )
 
     @field_validator("command", mode="before")
     @classmethod

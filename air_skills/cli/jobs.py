@@ -52,22 +52,44 @@ class LaunchCommand(TyperCommand):
 def launch(
     ctx: typer.Context,
     args: Optional[list[str]] = typer.Argument(None, help="[SPEC.yaml] [-- COMMAND ARGS...]"),
-    name: Optional[str] = typer.Option(None, "--name"),
-    gpus: Optional[int] = typer.Option(None, "--gpus"),
+    name: Optional[str] = typer.Option(None, "--name", help="a short name for the job"),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs the job needs (per node)"),
     procs: Optional[str] = typer.Option(
         None, "--procs", help="processes per node, run by torchrun (N, or gpu: one per GPU)"
     ),
     nodes: Optional[int] = typer.Option(None, "--nodes", help="nodes (backend ray)"),
     priority: Optional[str] = typer.Option(None, "--priority", help="low | normal | high"),
-    experiment: Optional[str] = typer.Option(None, "--experiment"),
+    experiment: Optional[str] = typer.Option(
+        None, "--experiment", help="MLflow experiment (created if missing)"
+    ),
     set_: list[str] = typer.Option([], "--set", help="config override KEY=VALUE (YAML value)"),
-    timeout_min: Optional[float] = typer.Option(None, "--timeout-min"),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries"),
-    idempotency_key: Optional[str] = typer.Option(None, "--idempotency-key"),
+    timeout_min: Optional[float] = typer.Option(
+        None, "--timeout-min", help="time limit in minutes (then TIMED_OUT)"
+    ),
+    max_retries: Optional[int] = typer.Option(
+        None, "--max-retries", help="retries after the job's own failure (default 0)"
+    ),
+    stall_timeout_min: Optional[float] = typer.Option(
+        None,
+        "--stall-timeout-min",
+        help="minutes without progress before the job is stalled (0: off; AIR_STALL_TIMEOUT_MIN)",
+    ),
+    on_stall: Optional[str] = typer.Option(
+        None, "--on-stall", help="fail | retry | notify (default: retry a collective hang once)"
+    ),
+    idempotency_key: Optional[str] = typer.Option(
+        None, "--idempotency-key", help="a retry with the same key and spec returns the first job"
+    ),
     backend: Optional[str] = typer.Option(None, "--backend", help="local | ray"),
-    project: Optional[str] = typer.Option(None, "--project"),
+    project: Optional[str] = typer.Option(
+        None, "--project", help="the project whose GPU quota it uses (default: AIR_PROJECT)"
+    ),
     data: list[str] = typer.Option([], "--data", help="data input NAME=PATH"),
-    preemptible: Optional[bool] = typer.Option(None, "--preemptible/--not-preemptible"),
+    preemptible: Optional[bool] = typer.Option(
+        None,
+        "--preemptible/--not-preemptible",
+        help="may be stopped and requeued for a higher-priority job",
+    ),
     code: Optional[str] = typer.Option(
         None, "--code", help="snapshot (default: run a private copy of the code) | live"
     ),
@@ -79,6 +101,11 @@ def launch(
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="validate (executable, script) and show; launch nothing"
+    ),
+    no_check_command: bool = typer.Option(
+        False,
+        "--no-check-command",
+        help="launch even if the program or script is not there yet (the job creates it)",
     ),
     watch: bool = typer.Option(False, "--watch", help="follow the log until the job ends"),
     as_json: bool = JsonOpt,
@@ -104,6 +131,8 @@ def launch(
         "experiment": experiment,
         "timeout_min": timeout_min,
         "max_retries": max_retries,
+        "stall_timeout_min": stall_timeout_min,
+        "on_stall": on_stall,
         "idempotency_key": idempotency_key,
         "backend": backend,
         "project": project,
@@ -112,13 +141,14 @@ def launch(
         "code": code,
         "patch": read_patch(patch) if patch is not None else None,
         "image": image,
+        "check_command": False if no_check_command else None,
     }
     spec = spec_from_args(spec_file, command, options)
     if config:
         spec["config"] = {**(spec.get("config") or {}), **config}
     c = client()
-    # strict: a dry run of a command that would not start (`pyhton`, a misspelt script)
-    # is an invalid-spec error, exit 2, as MCP's launch_job gives it; not a line to miss
+    # strict: a command that would not start (`pyhton`, a misspelt script) is an
+    # invalid-spec error, exit 2, dry run or not, as MCP's launch_job gives it
     info = c.launch(spec, dry_run=dry_run, strict=True)
     if as_json:
         emit_json(info)
@@ -237,10 +267,13 @@ def ui(
 
     uri = tracking_uri(client().home)
     url = f"http://127.0.0.1:{port}"
+    # studies have their own live page (autoresearch/web), linking each trial to this UI
+    studies = "autoresearch serve [STUDY_DIR ...]  (http://127.0.0.1:8765)"
     if as_json:
-        emit_json({"url": url, "tracking_uri": uri})
+        emit_json({"url": url, "tracking_uri": uri, "study_page": studies})
     else:
         say(out, Text.assemble(f"MLflow UI for {uri} at ", (url, "bold"), " (Ctrl-C to stop)"))
+        say(out, Text(f"live study pages: {studies}"))
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     argv = [
         sys.executable,

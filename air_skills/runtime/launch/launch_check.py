@@ -1,9 +1,9 @@
-"""A dry run's look at the command: its executable on PATH, its script file in the workdir.
+"""A launch's look at the command: its executable on PATH, its script file in the workdir.
 
 ``pyhton train.py`` or a misspelt ``trian.py`` is caught before anything queues, with a
-did-you-mean from PATH or from the script's folder. Only a dry run asks: a real launch of a
-missing program or script fails at once anyway, as a FAILED job with its log tail (the
-contract since the first release, and what a retry loop expects). Stdlib only.
+did-you-mean from PATH or from the script's folder: a real launch refuses what a dry run
+refuses (exit 2, nothing queued), unless the spec says ``check_command: false`` (a job that
+creates its script at run time). Stdlib only.
 """
 
 from __future__ import annotations
@@ -49,13 +49,15 @@ def check_command(spec: Any, snapshot: Any = None) -> list[str]:
     )
 
 
-def refuse(problems: list[str]) -> InvalidSpec:
-    """The error of a strict dry run whose command would not start: every problem at once."""
+def refuse(problems: list[str], dry_run: bool = True) -> InvalidSpec:
+    """The error of a launch (or strict dry run) whose command would not start: every problem
+    at once."""
     return InvalidSpec(
-        "dry run: the command would not start:",
+        ("dry run: " if dry_run else "") + "the command would not start:",
         problems=problems,
         hint="fix the command or its workdir (argv[0] is looked up on the job's PATH, a"
-        " script relative to the workdir); nothing was launched",
+        " script relative to the workdir); nothing was launched. A job that creates its"
+        " script at run time: --no-check-command (spec: check_command: false)",
     )
 
 

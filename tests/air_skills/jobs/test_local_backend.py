@@ -264,7 +264,12 @@ def test_empty_command() -> None:
 
 
 def test_command_not_found(client: Client) -> None:
-    info = wait_terminal(client, client.launch(spec(["no-such-program-xyz", "arg"])).job_id)
+    """Refused at launch (nothing queued); with the check off, a FAILED job that says why."""
+    with pytest.raises(InvalidSpec, match="no-such-program-xyz: not found on PATH"):
+        client.launch(spec(["no-such-program-xyz", "arg"]))
+    assert client.list().items == []
+    unchecked = spec(["no-such-program-xyz", "arg"], check_command=False)
+    info = wait_terminal(client, client.launch(unchecked).job_id)
     assert info.status == JobStatus.FAILED and info.exit_code == 127
     assert "command not found" in info.message
 
