@@ -289,12 +289,7 @@ class Client:
         try:
             return search_log(row.log_path, pattern, last_match, max_matches)
         except BadPattern as exc:
-            raise InvalidInput(
-                str(exc),
-                code="invalid-pattern",
-                hint="give an RE2 regular expression (no look-arounds or back-references),"
-                " e.g. 'loss=[0-9.]+' or '(?i)error'",
-            ) from None
+            raise InvalidInput(str(exc), hint="give a Python regular expression") from None
 
     def logs(self, job_id: str, tail: int | None = 100, offset: int | None = None) -> LogChunk:
         """The last ``tail`` lines, or (with ``offset``) the bytes from that offset on."""
