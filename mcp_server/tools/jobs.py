@@ -78,6 +78,7 @@ def launch_job(
     priority: Literal["low", "normal", "high"] = "normal",
     timeout_min: Annotated[float | None, Field(gt=0, description="time limit, minutes")] = None,
     max_retries: Annotated[int, Field(ge=0, le=100, description="retries after a failure")] = 0,
+    stall_timeout_min: Annotated[float | None, Field(ge=0, description="idle min; 0: off")] = None,
     env: Annotated[
         dict[str, Annotated[str, Field(max_length=100_000)]] | None,
         Field(description="extra environment variables"),
@@ -133,6 +134,7 @@ def launch_job(
         "priority": priority,
         "timeout_min": timeout_min,
         "max_retries": max_retries,
+        "stall_timeout_min": stall_timeout_min,
         "env": env,
         "experiment": experiment,
         "tags": tags,
