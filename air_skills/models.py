@@ -43,6 +43,9 @@ FailureKind = Literal["user", "infra"]
 Backend = Literal["local", "ray"]
 # Validation context for a spec read back from a record: checks of this machine are skipped.
 STORED = {"stored": True}
+# What a terminal obeys instead of showing: C0 and C1 controls (ESC starts an escape sequence),
+# DEL, and the bidi controls that reorder the text shown around them.
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # A Python interpreter's name: its gang runs torchrun under it (as runtime/gang.is_python says).
 _PYTHON = re.compile(r"^python[0-9.]*$")
 
@@ -242,6 +245,18 @@ class JobSpec(_Strict):
     @classmethod
     def _check_text(cls, value: str | None) -> str | None:
         return refuse_nul(value, "this field")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        found = CONTROL_CHARS.search(value or "")
+        if found and not (info.context and info.context.get("stored")):  # older records: kept
+            raise _refused(
+                "control_char",
+                f"the name holds a control character ({found.group()!a}), which a terminal"
+                " would obey (an escape sequence) when `air ls` shows it: remove it",
+            )
+        return value
 
     @field_validator("config")
     @classmethod

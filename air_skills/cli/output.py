@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -175,14 +176,35 @@ def handle_errors_diagnosing(fn: Callable[..., Any]) -> Callable[..., Any]:
     return handle_errors(fn, check_settings=False)
 
 
+# What a terminal would obey rather than show (ESC sequences, C1, DEL, bidi reordering): text
+# from the store (an older record's name, a message) shows them as \x1b escapes. Newlines and
+# tabs stay. Log output (`air logs`) is the job's own bytes and is written as it is.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every terminal control character written as a visible escape."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
 def plain(value: Any, style: str = "") -> Text:
-    """``value`` as rich ``Text``: shown as it is, never parsed for markup or emoji codes."""
-    return Text(str(value), style=style)
+    """``value`` as rich ``Text``: shown as it is, never parsed for markup or emoji codes,
+    its control characters escaped."""
+    return Text(printable(str(value)), style=style)
 
 
 def say(console: Console, *parts: Any) -> None:
-    """Print a line holding job-derived text: no markup, no emoji codes, no highlighting."""
-    console.print(*parts, markup=False, emoji=False, highlight=False)
+    """Print a line holding job-derived text: no markup, no emoji codes, no highlighting, no
+    control characters (escaped)."""
+    shown = [
+        printable(p)
+        if isinstance(p, str)
+        else Text(printable(p.plain))
+        if isinstance(p, Text) and _CONTROL.search(p.plain)
+        else p
+        for p in parts
+    ]
+    console.print(*shown, markup=False, emoji=False, highlight=False)
 
 
 def status_text(info: Any) -> Text:
