@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from air_skills.runtime.results.log_search import BadPattern, LogSearch, search_
 from air_skills.runtime.scheduling import passes as local
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
+from air_skills.runtime.supervision.stall import say_stalled, stalls_since
 from air_skills.vocabulary import Direction
 
 RANK_POOL = 1000  # list(order_by=...) ranks the newest this many jobs
@@ -349,8 +351,11 @@ class Client:
         any: bool = True,
         on_progress: Callable[[list[JobInfo]], None] | None = None,
     ) -> list[JobInfo]:
-        """Wait until any (or all) of the jobs end, or the timeout; returns their infos."""
+        """Wait until any (or all) of the jobs end, or the timeout; returns their infos.
+        With ``any``, a job that stalls (runtime/supervision/stall.py) ends the wait too, and
+        its message says so."""
         ids = list(dict.fromkeys(job_ids))
+        since = time.time()
         if not ids:
             raise InvalidInput("no job ids to wait for", hint="pass one or more job ids")
         for job_id in ids:
@@ -364,7 +369,14 @@ class Client:
             done = [i.status.is_terminal() for i in infos]
             if (any and True in done) or all(done):
                 break
-        return infos  # ended, or the timeout passed
+            stalls = stalls_since(self.store, ids, since) if any else {}
+            if stalls:
+                infos = [
+                    i.model_copy(update={"message": say_stalled(i.message, stalls.get(i.job_id))})
+                    for i in infos
+                ]
+                break
+        return infos  # ended, stalled, or the timeout passed
 
     # --- cancelling ----------------------------------------------------------------------------
 

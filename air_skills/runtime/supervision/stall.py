@@ -355,3 +355,21 @@ def attach(home: Path, jdir: Path, row: Any, found: Stall, ready: Any = None) ->
         MlflowTracker(home, job_uri(home, jdir)).log_text(row.run_id, text, name)
     except Exception:
         pass  # the stacks stay in the job's folder
+
+
+def stalls_since(store: Any, job_ids: list[str], since: float) -> dict[str, str]:
+    """The jobs of ``job_ids`` that stalled after ``since`` (epoch s): id -> what was seen."""
+    marks = ",".join("?" * len(job_ids))
+    rows = store.read(
+        "SELECT job_id, message FROM events WHERE kind = 'stalled' AND ts > ?"
+        f" AND job_id IN ({marks}) ORDER BY id",
+        (since, *job_ids),
+    )
+    return {r["job_id"]: r["message"] for r in rows}
+
+
+def say_stalled(message: str, what: str | None) -> str:
+    """A job's message, told that it stalled (once: a message that says so is kept)."""
+    if not what or "stalled" in message:
+        return message
+    return f"{message} (it {what}; {MARK})"

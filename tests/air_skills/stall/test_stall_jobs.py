@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -127,14 +129,51 @@ def test_a_declared_phase_is_not_stalled(client: Client) -> None:
     assert '"max_gap_s"' in gap
 
 
-def test_notify_keeps_the_job_running_and_says_so(client: Client) -> None:
+def test_notify_keeps_the_job_running_and_wait_returns_saying_so(client: Client) -> None:
     code = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
     spec = JobSpec(command=[PY, "-c", code], stall_timeout_min=0.03, on_stall="notify")
     info = client.launch(spec.model_copy(update={"track": False}))
-    seen = wait_until(
-        lambda: (j := client.get(info.job_id)).message.startswith("RUNNING: stalled") and j,
-        timeout_s=60,
-    )
-    assert seen.status == JobStatus.RUNNING and "on_stall: notify" in seen.message
-    assert "time.sleep" in seen.message or "<string>:3" in seen.message
+    quiet = client.launch(JobSpec(command=[PY, "-c", "print('x')"], track=False))
+    client.wait([quiet.job_id], timeout_s=60)
+    # The wait returns when the watched job stalls, though it is still running.
+    seen = client.wait([info.job_id], timeout_s=60)[0]
+    assert seen.status == JobStatus.RUNNING, seen.message
+    assert seen.message.startswith("RUNNING: stalled") and "on_stall: notify" in seen.message
+    assert "<string>:3 <module>()" in seen.message
+    assert client.get(info.job_id).status == JobStatus.RUNNING  # still running
     client.cancel(info.job_id)
+
+
+def test_cli_stall_options_and_status(air_home: Path) -> None:
+    air = [PY, "-m", "air_skills.cli.app"]
+    code = "import time\nwhile True:\n    time.sleep(0.1)\n"
+    launched = subprocess.run(
+        [
+            *air,
+            "launch",
+            "--json",
+            "--stall-timeout-min",
+            "0.03",
+            "--on-stall",
+            "fail",
+            "--",
+            PY,
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert launched.returncode == 0, launched.stderr
+    job_id = json.loads(launched.stdout)["job_id"]
+    waited = subprocess.run(
+        [*air, "wait", job_id, "--json", "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    [info] = json.loads(waited.stdout)
+    assert info["status"] == "FAILED" and "reason: stalled" in info["message"]
+    status = subprocess.run([*air, "status", job_id], capture_output=True, text=True, timeout=120)
+    assert "stalled" in status.stdout
