@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On machines without CUDA, pin the CPU wheel: an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install container-tools slurm-tools demo test test-quick lint bench clean
+.PHONY: install container-tools slurm-tools sandbox-tools demo test test-quick lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,17 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[all,dev]" "$(TORCH)"
 	touch $@
 
-install: $(VENV)/.installed container-tools slurm-tools
+install: $(VENV)/.installed container-tools slurm-tools sandbox-tools
+
+# Local jobs run in a bubblewrap sandbox (issue 25; AIR_SANDBOX=auto runs them without one,
+# saying so, where bwrap is missing). Installed with apt, as root, when missing.
+sandbox-tools:
+	@if ! command -v bwrap >/dev/null; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    apt-get install -y -q bubblewrap >/dev/null \
+	      || echo "note: apt-get could not install bubblewrap"; \
+	  fi; \
+	fi
 
 # Container jobs (issue 16) and their tests need podman, runc and busybox-static. Installed
 # with apt, as root, when missing; elsewhere skipped quietly (the container tests then skip,

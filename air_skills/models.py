@@ -220,6 +220,16 @@ class JobSpec(_Strict):
         pattern=r"^(sha256:)?[0-9a-f]{8,64}$",
         description="the image's ID, set at launch; given, the image must still have it",
     )
+    sandbox: Literal["auto", "on", "off"] | None = Field(
+        default=None,
+        description="run in a bubblewrap sandbox: auto (when one can be made), on (refuse"
+        " without one), off; default AIR_SANDBOX. Set to on/off at launch",
+    )
+    writable: list[str] = Field(
+        default_factory=list,
+        description="folders (under AIR_DATA_ROOTS) a sandboxed job may write besides its own",
+    )
+    network: bool = Field(default=True, description="false: a sandboxed job has no network")
     check_command: bool = Field(
         default=True,
         description="refuse a launch whose program or script is missing (false: the job"
@@ -401,6 +411,9 @@ class JobInfo(BaseModel):
     code: CodeInfo | None = Field(default=None, description="the code snapshot; None: live")
     image: str | None = Field(default=None, description="the container image it runs in")
     image_digest: str | None = Field(default=None, description="that image's ID (sha256:...)")
+    sandbox: str | None = Field(
+        default=None, description="what it runs in: bwrap, or none (why); None: not local"
+    )
 
     @property
     def is_terminal(self) -> bool:

@@ -61,6 +61,16 @@ _TABLE = (
         default_text="unset: every data input is refused",
     ),
     Setting(
+        "AIR_SANDBOX", "str", "auto",
+        "whether local jobs run in a bubblewrap sandbox (a job's `sandbox` overrides it): `auto`"
+        " when one can be made, `on` refuses a launch without one, `off` runs jobs as the user",
+        "`auto`, `on` or `off`", lambda v: v in ("auto", "on", "off"),
+    ),
+    Setting(
+        "AIR_BWRAP", "str", "bwrap",
+        "the bubblewrap program that sandboxes jobs: a name looked up on PATH, or a path",
+    ),
+    Setting(
         "AIR_DATA_RECHECK_MAX_MB", "float", 256.0,
         "MiB of data input content the end-of-job re-check may read (all inputs together);"
         " past it a changed input is reported from its size and mtime, not read",

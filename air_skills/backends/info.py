@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from air_skills.models import CodeInfo, JobInfo, utc_from_ts
+from air_skills.runtime.execution.sandbox import describe
 from air_skills.runtime.store.records import JobRecord
 from air_skills.status import PRIORITY_RANK, JobStatus
 
@@ -37,6 +38,7 @@ def row_to_info(row: JobRecord) -> JobInfo:
         data=_data_refs(row.spec),
         code=CodeInfo.model_validate_json(row.code) if row.code else None,
         **_image(row.spec),
+        sandbox=describe(json.loads(row.spec)) if row.backend == "local" else None,
     )
 
 

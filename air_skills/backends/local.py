@@ -8,11 +8,13 @@ from datetime import UTC, datetime
 from air_skills.backends.base import already_finished
 from air_skills.backends.images import attach_image, image_tags, resolve_image
 from air_skills.backends.info import row_to_info
+from air_skills.backends.sandboxing import resolve_sandbox
 from air_skills.errors import InsufficientGpus, NotFound
 from air_skills.gpu.providers import provider
 from air_skills.home import write_launch_env
 from air_skills.models import CodeInfo, JobInfo, JobSpec, JobStatus
 from air_skills.runtime.code.job_code import CodePlan, plan_code
+from air_skills.runtime.execution.sandbox import describe
 from air_skills.runtime.launch.launch_run import claim_run, give_back_run
 from air_skills.runtime.launch.prepare import (
     LaunchContext,
@@ -39,6 +41,7 @@ class LocalBackend:
         """Queue the job and run a scheduling pass: it starts now if its GPUs are free."""
         store = self.runtime.store
         self._check_gpus(spec)
+        spec = resolve_sandbox(spec, self.runtime.home)  # `on` without one: refused here
         if dry_run:
             spec, _ = resolve_image(spec)
             return self._dry_run_info(spec, self._code(spec, store=False))
@@ -188,4 +191,5 @@ class LocalBackend:
             project=spec.project or "default",
             data=[f"{d.name}@{(d.digest or '?')[:12]}" for d in spec.data],
             code=CodeInfo(**code.info()) if code is not None else None,
+            sandbox=describe(spec.model_dump(mode="json")),
         )

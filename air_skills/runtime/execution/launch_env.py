@@ -15,7 +15,7 @@ from typing import Any
 from air_skills import settings
 from air_skills.home import job_dir, read_job_env, read_launch_env
 from air_skills.runtime.containers import container
-from air_skills.runtime.execution import gang, rendezvous
+from air_skills.runtime.execution import gang, metric_relay, rendezvous, sandbox
 from air_skills.runtime.store.records import JobRecord
 
 # Set by the runtime for every job, never by a spec's ``env``: the GPUs a job may see, where its
@@ -152,6 +152,7 @@ def command_launch(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    sandboxed = spec.get("sandbox") == "on"
     if row.run_id:
         from air_skills.tracking.mlflow import tracking_uri
 
@@ -161,6 +162,11 @@ def command_launch(
         )
         env["MLFLOW_RUN_ID"] = row.run_id
         env["MLFLOW_EXPERIMENT_ID"] = row.experiment_id or ""
+        if sandboxed and metric_relay.relayed(env["MLFLOW_TRACKING_URI"]):
+            # A store of its own: its supervisor forwards each metric to the run (relay).
+            env.update(metric_relay.prepare(jdir, row.run_id, row.experiment_id or "0"))
+    # Data inputs: resolved and checked against the roots again now, the paths bound below.
+    data = _data_at_start(jdir, spec, launched) if spec.get("data") else []
     # The values travel in the job's folder, owner-only (the store keeps only the names).
     own = read_job_env(jdir)
     env.update(user_env(own if own is not None else spec.get("env") or {}))
@@ -190,6 +196,21 @@ def command_launch(
             grace_s=grace,
             rendezvous_s=rendezvous.timeout_s(launched),
         )
+    if sandboxed and image is None:  # an image job's container is its sandbox
+        bwrap = sandbox.bwrap_path(env)
+        if bwrap is None or sandbox.unavailable(env):
+            raise sandbox.SandboxUnavailable(sandbox.unavailable(env) or "no bwrap")
+        argv = sandbox.wrap(
+            argv,
+            bwrap=bwrap,
+            home=home,
+            jdir=jdir,
+            cwd=cwd,
+            workdir=spec.get("workdir"),
+            data=data,
+            writable=spec.get("writable") or (),
+            network=spec.get("network", True),
+        )
     if image is not None:  # the engine runs it: the contract's names pass into the container
         passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]
         passed += [*gang.gang_env(), "CUDA_DEVICE_ORDER"]
@@ -204,6 +225,33 @@ def command_launch(
             line = f"[air] {image.engine} runs with air's settings for: {fixes} ({said})\n"
             banner += line.encode()
     return CommandLaunch(argv, cwd, env, row.log_path, banner)
+
+
+class DataRefusedAtStart(OSError):
+    """A data input no longer resolves inside AIR_DATA_ROOTS as the job starts."""
+
+
+def _data_at_start(jdir: Path, spec: dict[str, Any], launched: dict[str, str] | None) -> list[str]:
+    """The real paths of the job's data inputs, resolved and checked against the roots (of
+    the launch's environment) now, each ``$AIR_DATA_DIR/<name>`` link pointed at its checked
+    path: a folder swapped for a symlink outside the roots since launch is refused here."""
+    from air_skills.errors import DataPathRefused
+    from air_skills.tracking.data import allowed_roots, resolve_inputs
+
+    env = launched if launched is not None else os.environ
+    roots = allowed_roots(settings.raw("AIR_DATA_ROOTS", env))
+    try:
+        resolved = resolve_inputs(spec["data"], spec.get("workdir"), roots, deep=False)
+    except DataPathRefused as exc:
+        said = "; ".join(getattr(exc, "problems", None) or [exc.message])
+        raise DataRefusedAtStart(f"data inputs refused at start: {said}") from None
+    folder = jdir / "data"
+    for res in resolved:
+        link = folder / res.name
+        if os.path.realpath(link) != res.real:
+            link.unlink(missing_ok=True)
+            link.symlink_to(res.real)
+    return [res.real for res in resolved]
 
 
 def _code_view(jdir: Path) -> tuple[str, str] | None:

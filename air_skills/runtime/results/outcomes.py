@@ -195,6 +195,18 @@ def start_failed(kind: str, text: str, program: str) -> Outcome:
     if kind == "JobFolderGone":  # runtime/execution/launch_env.py: not the command's fault
         message = f"FAILED: {text}. Next: relaunch the job"
         return Outcome("finish", message, JobStatus.FAILED, "user")
+    if kind == "DataRefusedAtStart":  # a data input moved outside AIR_DATA_ROOTS since launch
+        message = (
+            f"FAILED: {text}. Next: put the data back under the allowed roots (AIR_DATA_ROOTS),"
+            " then relaunch"
+        )
+        return Outcome("finish", message, JobStatus.FAILED, "user")
+    if kind == "SandboxUnavailable":  # runtime/execution/sandbox.py
+        message = (
+            f"FAILED: {text}. Next: install bubblewrap (apt-get install bubblewrap), or relaunch"
+            " with sandbox: auto or off"
+        )
+        return Outcome("finish", message, JobStatus.FAILED, "infra")
     if kind == "FileNotFoundError":
         message = (
             f"FAILED: command not found: {program!r}."

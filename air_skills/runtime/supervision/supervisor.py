@@ -33,8 +33,9 @@ from air_skills import settings
 from air_skills.gpu.providers import GpuFault, provider
 from air_skills.home import job_dir
 from air_skills.runtime.containers import container, engine_exit
-from air_skills.runtime.execution import gang
+from air_skills.runtime.execution import gang, sandbox
 from air_skills.runtime.execution.launch_env import command_launch
+from air_skills.runtime.execution.metric_relay import MetricRelay, open_relay
 from air_skills.runtime.execution.rendezvous import describe_late, late_outcome, watch_joins
 from air_skills.runtime.process import proc, signals
 from air_skills.runtime.process.signals import POKE_SIGNAL, StartedChild
@@ -120,6 +121,7 @@ class Supervisor:
         self.stall_watch: stall.StallWatch | None = None
         self._warm: RunWork | None = None
         self._recheck: DataRecheck | None = None
+        self._relay: MetricRelay | None = None  # a sandboxed job's metrics (metric_relay.py)
 
     # --- the whole life of one attempt ----------------------------------------------------
 
@@ -155,6 +157,12 @@ class Supervisor:
             return
         self._warm = RunWork(self.home, row).start()
         _RUN_WORK[:] = [w for w in _RUN_WORK if w.alive()] + [self._warm]
+        # A sandboxed job logs to a store of its own: its metrics are forwarded to its run.
+        jdir = job_dir(self.home, self.job_id)
+        uri = job_run.job_uri(self.home, jdir)
+        self._relay = open_relay(jdir, row.run_id, row.experiment_id, uri)
+        if self._relay is not None:
+            self._relay.start(self._warm.ready)
 
     def _make_pending_run(self, row: JobRecord) -> JobRecord:
         """A job launched without its run (no spare, sqlite): make it before the command
@@ -356,6 +364,8 @@ class Supervisor:
 
     def _record_exit(self, rc: int) -> None:
         assert self.child is not None
+        if self.spec.get("sandbox") == "on" and self.image is None:
+            rc = sandbox.signal_status(rc)  # bwrap exits 128+N for a command killed by N
         engine_end = None
         if self.image is not None:  # its container goes first; an engine exit is told apart
             engine_end = engine_exit.after_exit(
@@ -425,6 +435,9 @@ class Supervisor:
 
     def _record(self, outcome: Outcome) -> None:
         """Keep the outcome for _commit; a job that ends gets its data and MLflow notes first."""
+        if self._relay is not None:  # the metrics logged last reach the run before it ends
+            self._relay.stop()
+            self._relay = None
         if outcome.action == "finish":
             assert outcome.status is not None
             self._run_work(self.row)  # a command that never started: its run is completed too
