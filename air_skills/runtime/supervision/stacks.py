@@ -9,9 +9,11 @@ all_reduce (distributed_c10d.py:2806) from train.py:12; rank 0 in train.py:9 <mo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -233,14 +235,46 @@ def collective_wait(stacks: list[ProcessStack]) -> bool:
     return any(f.is_collective() for s in stacks for f in s.frames)
 
 
+def write_new(path: Path, text: str) -> bool:
+    """Write ``text`` as ``path`` in a job's folder, which the job may write too: a fresh file
+    (never opened through a link the job left there) renamed over whatever had the name."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        fd = os.open(tmp, flags, 0o644)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return True
+
+
+def read_small(path: Path, limit: int = 4096) -> str | None:
+    """A small regular file of a job's folder, opened without blocking or following a link
+    (a FIFO left there must not hang the supervisor); None for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def save(path: Path, stacks: list[ProcessStack], headline: str) -> str | None:
     """Write the dumps to ``path`` (the job's stacks.txt); its path, or None if it failed."""
     body = [headline, ""]
     for s in stacks:
         who = f"rank {s.rank}, " if s.rank is not None else ""
         body += [f"=== {who}pid {s.pid} ===", s.text.rstrip(), ""]
-    try:
-        path.write_text("\n".join(body))
-    except OSError:
-        return None
-    return os.fspath(path)
+    return os.fspath(path) if write_new(path, "\n".join(body)) else None

@@ -180,9 +180,9 @@ class StallWatch:
                     continue
                 try:
                     path = folder / name
-                    if path.stat().st_mtime < self.started_wall - 1:
+                    if path.lstat().st_mtime < self.started_wall - 1:
                         continue  # left by an earlier attempt
-                    record = json.loads(path.read_text()[:4096])
+                    record = json.loads(stacks.read_small(path) or "")
                     budget = float(record["expect_min"]) * 60
                     label = str(record.get("name", "phase"))[:80]
                 except (OSError, ValueError, KeyError, TypeError):
@@ -246,10 +246,7 @@ class StallWatch:
         now = time.monotonic() if now is None else now
         gap = max(self.max_gap_s, now - self.last_progress if self._cheap() else 0.0)
         record = {"max_gap_s": round(gap, 3), "ran_s": round(now - self.started, 3)}
-        try:
-            (self.jdir / PROGRESS).write_text(json.dumps(record))
-        except OSError:
-            pass
+        stacks.write_new(self.jdir / PROGRESS, json.dumps(record))
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -350,7 +347,7 @@ def attach(home: Path, jdir: Path, row: Any, found: Stall, ready: Any = None) ->
         from air_skills.runtime.runs.job_run import job_uri
         from air_skills.tracking.mlflow import MlflowTracker
 
-        text = Path(found.stacks_path).read_text()
+        text = stacks.read_small(Path(found.stacks_path), 1 << 20) or ""
         name = f"air/stacks-attempt-{row.attempts}.txt"
         MlflowTracker(home, job_uri(home, jdir)).log_text(row.run_id, text, name)
     except Exception:
