@@ -27,15 +27,16 @@ sandbox-tools:
 	  fi; \
 	fi
 
-# Container jobs (issue 16) and their tests need podman, runc and busybox-static. Installed
-# with apt, as root, when missing; elsewhere skipped quietly (the container tests then skip,
+# Container jobs (issue 16) and their tests need podman, runc and busybox-static; the study
+# page's browser tests (issue 27) need chromium (driven by Playwright, no browser download).
+# Installed with apt, as root, when missing; elsewhere skipped quietly (those tests then skip,
 # saying what is missing).
 container-tools:
 	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null \
-	    || ! command -v busybox >/dev/null; then \
+	    || ! command -v busybox >/dev/null || ! command -v chromium >/dev/null; then \
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	    apt-get install -y -q podman runc busybox-static >/dev/null \
-	      || echo "note: apt-get could not install podman runc busybox-static"; \
+	    apt-get install -y -q podman runc busybox-static chromium >/dev/null \
+	      || echo "note: apt-get could not install podman runc busybox-static chromium"; \
 	  fi; \
 	fi
 

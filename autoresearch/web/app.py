@@ -124,7 +124,10 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
     can_stop = token is not None
 
     def page(request: Request) -> Response:
-        return HTMLResponse(page_html({"mode": "live", "canStop": can_stop}))
+        # a study's page carries its view: the first paint needs no second request
+        got = index.view_json(request.path_params["key"]) if "key" in request.path_params else None
+        initial = got[1].decode() if got else None
+        return HTMLResponse(page_html({"mode": "live", "canStop": can_stop}, initial=initial))
 
     def studies(request: Request) -> Response:
         return _json({"studies": index.studies()})
@@ -132,15 +135,16 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
     def study(request: Request) -> Response:
         key = request.path_params["key"]
         try:
-            view = index.view(key)
+            got = index.view_json(key)
         except AirError as exc:
             return _error(exc, 500)
-        if view is None:
+        if got is None:
             return _error(_missing(key), 404)
-        etag = f'"{view["version"]}"'
+        etag = f'"{got[0]}"'
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers={"etag": etag})
-        return _json(view, headers={"etag": etag, "cache-control": "no-cache"})
+        headers = {"etag": etag, "cache-control": "no-cache"}
+        return Response(got[1], headers=headers, media_type="application/json")
 
     def patch(request: Request) -> Response:
         key, n = request.path_params["key"], request.path_params["n"]

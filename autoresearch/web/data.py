@@ -21,9 +21,13 @@ from autoresearch.journal.journal import JOURNAL, StudyState, Trial, TrialStatus
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
 from autoresearch.report.report import best_so_far, load_state
 from autoresearch.report.summary import _decision, summarize
+from autoresearch.study.folder import loop_alive
 from autoresearch.study.study import STUDIES_DIR, Study
 
 LIVE_CURVE_TTL_S = 1.0
+# A study with running trials changes with the clock (durations, GPU-hours): its view is made
+# again at most this often; one with none is made again only when its journal changes.
+VIEW_TTL_S = 0.5
 MAX_RATIONALE = 300
 
 
@@ -126,6 +130,7 @@ class StudyIndex:
     _curves: dict[str, tuple[float, list]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _client: Any = None
+    _views: dict[Path, tuple[tuple, float, bool, str, bytes]] = field(default_factory=dict)
 
     def folders(self) -> dict[str, Path]:
         """{key: folder}: the key is the study's name (its folder's name when two share one)."""
@@ -191,6 +196,34 @@ class StudyIndex:
             return None
         study, state = self.load(folder)
         return study_view(key, folder, study, state, self)
+
+    def view_json(self, key: str) -> tuple[str, bytes] | None:
+        """(version, JSON bytes) of one study's view, made again only when it may differ."""
+        folder = self.folder_of(key)
+        if folder is None:
+            return None
+        st = os.stat(folder / JOURNAL)
+        alive = loop_alive(folder)
+        stamp = (key, st.st_size, st.st_mtime_ns, alive.get("pid") if alive else None)
+        now = time.monotonic()
+        cached = self._views.get(folder)
+        if (
+            cached is not None
+            and cached[0] == stamp
+            and (not cached[2] or now - cached[1] < VIEW_TTL_S)
+        ):
+            return cached[3], cached[4]
+        study, state = self.load(folder)
+        view = study_view(key, folder, study, state, self)
+        version, body = view_bytes(view)
+        self._views[folder] = (
+            stamp,
+            now,
+            bool(view["running"]) or alive is not None,
+            version,
+            body,
+        )
+        return version, body
 
     def patch(self, key: str, trial: int) -> dict[str, Any] | None:
         folder = self.folder_of(key)
@@ -310,7 +343,13 @@ def study_view(
         "warnings": summary["warnings"],
         "last_error": summary["last_error"],
     }
-    view["version"] = hashlib.sha1(
-        json.dumps(view, sort_keys=True, default=str).encode()
-    ).hexdigest()[:16]
+    view["version"] = view_bytes(view)[0]
     return view
+
+
+def view_bytes(view: dict[str, Any]) -> tuple[str, bytes]:
+    """(version, JSON): the version is a digest of the rest, written as the first key."""
+    rest = {k: v for k, v in view.items() if k != "version"}
+    body = json.dumps(rest, default=str, separators=(",", ":")).encode()
+    version = hashlib.sha1(body).hexdigest()[:16]
+    return version, b'{"version":"' + version.encode() + b'",' + body[1:]

@@ -22,15 +22,22 @@ def _script_json(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def page_html(config: dict[str, Any], title: str = "AIR studies") -> str:
+def page_html(
+    config: dict[str, Any], title: str = "AIR studies", initial: str | None = None
+) -> str:
     """The page; ``config``: mode ("live": reads /api/, "file": reads ``inline``), canStop,
-    inline ({"studies": [...], "study": {...}, "patches": {n: text}})."""
+    inline ({"studies": [...], "study": {...}, "patches": {n: text}}); ``initial``: a study's
+    view as JSON text, drawn before the first poll."""
+    first = ""
+    if initial is not None:
+        safe = initial.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        first = f"window.AIR_INITIAL={safe};"
     safe_title = title.replace("&", "&amp;").replace("<", "&lt;")
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>{safe_title}</title><style>{_asset('study.css')}</style></head>"
         "<body><div id=app><p class=muted>loading…</p></div>"
-        f"<script>window.AIR={_script_json(config)};</script>"
+        f"<script>window.AIR={_script_json(config)};{first}</script>"
         f"<script>{_asset('study.js')}</script></body></html>\n"
     )

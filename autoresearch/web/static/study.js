@@ -5,7 +5,7 @@
   const AIR = window.AIR || { mode: "live" };
   const app = document.getElementById("app");
   const POLL_MS = 1000;
-  const ui = { sort: "n", asc: true, filter: "", status: "", selected: null, version: null };
+  const ui = { sort: "n", asc: true, filter: "", status: "", selected: null, version: null, drawSeq: 0 };
   let current = null;
 
   const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g,
@@ -132,6 +132,16 @@
     return `${Object.keys(p.files || {}).length} file(s) +${p.added || 0} −${p.removed || 0}`;
   }
 
+  const rowHtml = (t) => `<tr class="trial${t.decision === "keep" ? " keep" : ""}${t.n === ui.selected ? " selected" : ""}${t.code ? " code" : ""}" data-n=${t.n}>
+      <td>${t.n}</td><td>${esc(t.source)}</td><td>${esc(t.diff_text)}</td><td>${esc(patchText(t))}</td>
+      <td><span class="badge s-${esc(t.status)}">${esc(t.status)}</span></td>
+      <td>${num(t.value)}${t.std != null ? ` ± ${num(t.std, 3)} <span class=muted>(${t.seeds} seeds)</span>` : ""}</td>
+      <td>${esc(t.decision || "")}${t.reason ? `<div class=muted>${esc(t.reason)}</div>` : ""}</td>
+      <td>${dur(t.duration_s)}</td><td title="GPU-h ${num(t.gpu_hours, 3)}, LLM ${usd(t.llm_usd)}">${usd(t.usd)}</td>
+      <td>${esc(t.hardware)}</td><td>${t.mlflow ? `<a href="${esc(t.mlflow)}" target=_blank rel=noopener>run</a>` : ""}</td></tr>`;
+
+  const FIRST_ROWS = 100, CHUNK_ROWS = 5000;
+
   function renderTable(v) {
     const key = ui.sort;
     let rows = v.trials.filter((t) => (!ui.status || t.status === ui.status) &&
@@ -144,13 +154,16 @@
     });
     document.getElementById("shown").textContent = `${rows.length} of ${v.trials.length} trials`;
     document.querySelectorAll("#trials th").forEach((th) => { th.className = th.dataset.k === key ? "sorted" + (ui.asc ? " asc" : "") : ""; });
-    document.querySelector("#trials tbody").innerHTML = rows.map((t) => `<tr class="trial${t.decision === "keep" ? " keep" : ""}${t.n === ui.selected ? " selected" : ""}${t.code ? " code" : ""}" data-n=${t.n}>
-      <td>${t.n}</td><td>${esc(t.source)}</td><td>${esc(t.diff_text)}</td><td>${esc(patchText(t))}</td>
-      <td><span class="badge s-${esc(t.status)}">${esc(t.status)}</span></td>
-      <td>${num(t.value)}${t.std != null ? ` ± ${num(t.std, 3)} <span class=muted>(${t.seeds} seeds)</span>` : ""}</td>
-      <td>${esc(t.decision || "")}${t.reason ? `<div class=muted>${esc(t.reason)}</div>` : ""}</td>
-      <td>${dur(t.duration_s)}</td><td title="GPU-h ${num(t.gpu_hours, 3)}, LLM ${usd(t.llm_usd)}">${usd(t.usd)}</td>
-      <td>${esc(t.hardware)}</td><td>${t.mlflow ? `<a href="${esc(t.mlflow)}" target=_blank rel=noopener>run</a>` : ""}</td></tr>`).join("");
+    // the first rows at once, the rest in chunks: a big study's first paint does not wait for all
+    const body = document.querySelector("#trials tbody"), seq = ++ui.drawSeq;
+    body.innerHTML = rows.slice(0, FIRST_ROWS).map(rowHtml).join("");
+    const more = (from) => {
+      if (seq !== ui.drawSeq || from >= rows.length) { if (seq === ui.drawSeq) window.AIR_ROWS_DONE = { n: rows.length, at_ms: performance.now() }; return; }
+      body.insertAdjacentHTML("beforeend", rows.slice(from, from + CHUNK_ROWS).map(rowHtml).join(""));
+      setTimeout(() => more(from + CHUNK_ROWS), 0);
+    };
+    window.AIR_ROWS_DONE = null;
+    requestAnimationFrame(() => setTimeout(() => more(FIRST_ROWS), 0)); // after the first paint
   }
 
   async function showTrial(n) {
@@ -202,6 +215,7 @@
     document.getElementById("running").innerHTML = v.running.length ? v.running.map((r) => `<div class=spark data-n=${r.n}><div>trial ${r.n} <span class=muted>${esc(r.diff_text)} · ${dur(r.duration_s)}</span></div>${spark(r.curve)}</div>`).join("") : `<span class=muted>none running</span>`;
     renderTable(v);
     renderLineage(v);
+    window.AIR_RENDERED = { version: v.version, at_ms: performance.now() }; // for bench/study_page.py
   }
 
   function renderLineage(v) {
@@ -233,7 +247,9 @@
         return;
       }
       if (key) {
-        const v = await getJSON(`/api/studies/${encodeURIComponent(key)}`);
+        const first = window.AIR_INITIAL;
+        window.AIR_INITIAL = null;
+        const v = first && first.key === key ? first : await getJSON(`/api/studies/${encodeURIComponent(key)}`);
         if (v.version !== ui.version) { ui.version = v.version; renderStudy(v); }
       } else {
         renderList((await getJSON("/api/studies")).studies);

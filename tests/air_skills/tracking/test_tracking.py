@@ -280,4 +280,6 @@ def test_air_ui_serves_the_run(client: Client) -> None:
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
-    assert f"http://127.0.0.1:{port}" in proc.stdout.read()
+    printed = proc.stdout.read()
+    assert f"http://127.0.0.1:{port}" in printed
+    assert "live study pages: autoresearch serve" in printed  # issue 27: the link to them
