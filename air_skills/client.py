@@ -30,6 +30,10 @@ from air_skills.runtime.supervision.stall import say_stalled, stalls_since
 from air_skills.vocabulary import Direction
 
 RANK_POOL = 1000  # list(order_by=...) ranks the newest this many jobs
+# A cancelled job is ended by its supervisor: SIGTERM, AIR_GRACE_S, then its record, written
+# after the MLflow run's end (it waits up to 60 s for MLflow's import: slow on a loaded machine).
+# A cancel waits that long for the end; on a quiet machine it comes in well under a second.
+STOP_WAIT_S = 90.0
 
 
 def _resolved(folder: str) -> Path:
@@ -380,11 +384,15 @@ class Client:
 
     # --- cancelling ----------------------------------------------------------------------------
 
-    def cancel(self, job_id: str, reason: str | None = None, wait_s: float = 15.0) -> JobInfo:
-        """Cancel a queued or running job (SIGTERM, then SIGKILL after the grace period)."""
+    def cancel(
+        self, job_id: str, reason: str | None = None, wait_s: float | None = None
+    ) -> JobInfo:
+        """Cancel a queued or running job (SIGTERM, then SIGKILL after the grace period);
+        waits up to ``wait_s`` (default: the grace period and the supervisor's end) for its
+        end."""
         row = self._row(job_id)
         reason = reason or "cancelled by request"
-        return self.backend(row.backend).cancel(row, reason, wait_s)
+        return self.backend(row.backend).cancel(row, reason, _stop_wait_s(wait_s))
 
     def cancel_all(self, reason: str | None = None) -> list[JobInfo]:
         rows = self.store.live_rows()
@@ -396,7 +404,7 @@ class Client:
                 out.append(self.get(row.job_id))
         ids = [i.job_id for i in out if not i.status.is_terminal()]
         if ids:
-            out = self.wait(ids, timeout_s=15, any=False) + [
+            out = self.wait(ids, timeout_s=_stop_wait_s(None), any=False) + [
                 i for i in out if i.status.is_terminal()
             ]
         return out
@@ -465,3 +473,8 @@ class Client:
             }
             for r in self.store.events(job_id)
         ]
+
+
+def _stop_wait_s(wait_s: float | None) -> float:
+    """How long a cancel waits for the job's end: ``wait_s``, else grace + STOP_WAIT_S."""
+    return float(settings.get("AIR_GRACE_S")) + STOP_WAIT_S if wait_s is None else wait_s
