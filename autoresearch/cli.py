@@ -343,6 +343,9 @@ def demo(
     proposer: str = typer.Option("tpe", "--proposer", help="tpe | random | llm (needs a key)"),
     trials: int = typer.Option(DEMO_TRIALS, "--trials", help="trials in all, baseline included"),
     study_dir: Path | None = typer.Option(None, "--dir", help="study folder"),
+    no_page: bool = typer.Option(
+        False, "--no-page", help="do not serve the live study page (127.0.0.1:8765) meanwhile"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Run a small study on the bundled MLP example: no GPU, no server, a few minutes."""
@@ -358,7 +361,17 @@ def demo(
     )
     log = _progress(as_json)
     log(f"demo: {trials} trials of examples/mlp, 2 at a time, proposer {proposer}, in {folder}")
-    result = run_study(study, folder, log=log)
+    page = None
+    if not no_page:
+        from autoresearch.web.serve import BackgroundPage
+
+        page = BackgroundPage([Path(folder)])  # the live study page while the demo runs
+        log(f"watch it live: {page.url}studies/{study['name']}")
+    try:
+        result = run_study(study, folder, log=log)
+    finally:
+        if page is not None:
+            page.stop()
     summary = get_study(result.study_dir)
     if as_json:
         _print_json(summary)

@@ -44,8 +44,10 @@ def find_study_dirs(roots: list[Path]) -> list[Path]:
 
 
 def default_roots() -> list[Path]:
-    """./studies, the folder ``autoresearch run`` puts studies in by default."""
-    return [Path.cwd() / STUDIES_DIR]
+    """./studies and AIR_HOME/studies: where ``autoresearch run`` puts studies by default."""
+    from air_skills.home import default_home
+
+    return [Path.cwd() / STUDIES_DIR, default_home() / STUDIES_DIR]
 
 
 def _hardware(t: Trial) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,45 @@ def serve(
         announce("token: AIR_MCP_TOKEN (open the page with ?token=..., or send it as a bearer)")
     # access_log off: a ?token= query must never reach a log line
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+class BackgroundPage:
+    """The study page served from a thread of this process (``autoresearch demo``): ``url``
+    while it runs; ``stop()`` ends it. Loopback only, no token (read-only, no stop action)."""
+
+    def __init__(self, roots: list[Path], port: int = 8765, tries: int = 20) -> None:
+        import socket
+        import threading
+
+        import uvicorn
+
+        index = StudyIndex(roots)
+        app = build_app(index, token=None, bind_host="127.0.0.1")
+        for candidate in range(port, port + tries):  # the next free port when one is taken
+            sock = socket.socket()
+            try:
+                sock.bind(("127.0.0.1", candidate))
+                break
+            except OSError:
+                sock.close()
+        else:
+            raise InvalidInput(f"ports {port}-{port + tries - 1} are all taken",
+                               hint="free one, or pass another port")  # fmt: skip
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.url = f"http://127.0.0.1:{candidate}/"
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, daemon=True, name="study-page"
+        )
+        sock.listen(128)  # connections wait in the backlog until the thread serves them
+        self._thread.start()
+        deadline = time.monotonic() + 10.0
+        while not self.server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=5)
 
 
 def write_html(study_dir: Path | str, out: Path | str | None = None) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import free_port
 from synthetic_study import write_journal
 from web_helpers import get_json, http, serving
 
@@ -131,3 +132,21 @@ def test_report_html_is_one_file_with_the_data_inlined(studies: Path) -> None:
     assert "+lr = " in page  # code trials' patches travel in the file
     report = Path(paths["report"]).read_text()
     assert "**Cost:** $" in report and "per kept improvement" in report
+
+
+def test_the_demo_page_serves_from_a_thread_and_moves_to_a_free_port(studies: Path) -> None:
+    from autoresearch.web.serve import BackgroundPage
+
+    first = BackgroundPage([studies / "a"], port=free_port())
+    taken = int(first.url.rsplit(":", 1)[1].strip("/"))
+    second = BackgroundPage([studies / "b"], port=taken)  # its port is taken: the next one
+    try:
+        assert second.url != first.url
+        status, body = get_json(first.url + "api/studies")
+        assert status == 200 and [s["name"] for s in body["studies"]] == ["alpha"]
+        assert get_json(second.url + "api/studies")[1]["studies"][0]["name"] == "beta"
+    finally:
+        first.stop()
+        second.stop()
+    with pytest.raises(OSError):
+        http(first.url + "api/studies")
