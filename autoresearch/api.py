@@ -20,7 +20,6 @@ from autoresearch.report.report import load_state
 from autoresearch.report.summary import summarize
 from autoresearch.study.folder import LOOP_LOG, STUDY_FILE, LoopLock, loop_alive, request_stop
 from autoresearch.study.study import (
-    STUDIES_DIR,
     Study,
     check_runnable,
     default_study_dir,
@@ -76,6 +75,9 @@ def start_study(
             hint="pass resume=true to continue it, or use another name or study_dir",
             study_dir=str(folder),
         )
+    from autoresearch.study.registry import register
+
+    register(parsed.name, folder)  # get_study(name) finds it, wherever the folder is
     if prior_jobs:
         resume = _journal_prior(folder, parsed, prior_jobs, resume)
     if not background:
@@ -153,11 +155,13 @@ def _journal_prior(folder: Path, study: Study, prior_jobs: list[str], resume: bo
 
 
 def study_folder(study: str | Path) -> Path:
-    """A study folder given as a path, or as a study's name (./studies/<name>)."""
+    """A study folder given as a path, or as a study's name: wherever this home ran it
+    (autoresearch/study/registry.py), else AIR_HOME/studies/<name>, else ./studies/<name>."""
+    from autoresearch.study.registry import find
+
     folder = Path(study).expanduser().resolve()
-    named = (Path.cwd() / STUDIES_DIR / str(study)).resolve()
-    if not folder.is_dir() and "/" not in str(study) and named.is_dir():
-        return named
+    if not folder.is_dir() and "/" not in str(study):
+        return find(str(study)) or folder
     return folder
 
 
@@ -270,7 +274,7 @@ def stop_study(
     """Stop a study: ask its loop to stop (cancelling running trials unless told not to) and
     wait for it; with no loop running, cancel the study's running trials directly. ``reason``
     is journaled with the stop: ``get_study`` shows it as ``stop_detail``."""
-    folder = Path(study_dir).expanduser().resolve()
+    folder = study_folder(study_dir)
     study, state = load_state(folder)
     alive = loop_alive(folder)
     if alive:

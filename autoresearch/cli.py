@@ -130,7 +130,7 @@ def run(
     study: Path = typer.Argument(..., help="a study YAML file, or a study folder to resume"),
     resume: bool = typer.Option(False, "--resume", help="continue a killed or stopped study"),
     study_dir: Path | None = typer.Option(
-        None, "--dir", help="study folder (default ./studies/<name>/)"
+        None, "--dir", help="study folder (default AIR_HOME/studies/<name>/)"
     ),
     poll_s: float = typer.Option(
         0.25, "--poll-s", help="longest wait between checks of running trials (s)"

@@ -35,6 +35,7 @@ from autoresearch.loop.trials import build_request, noise_repeat, trial_command
 from autoresearch.loop.watch import STUDY_ENDING, TrialWatch
 from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
 from autoresearch.study.folder import LOOP_LOG, STOP_FILE, STUDY_FILE, LoopLock, take_stop_request
+from autoresearch.study.registry import register
 from autoresearch.study.study import Study, dump_study, parse_study
 
 # Keys that define what a study measures; a resume may change budgets, never these.
@@ -116,6 +117,7 @@ class StudyLoop(TrialLauncher, TrialWatch):
         if self._proposer is None:  # a missing API key fails before anything is written
             self._proposer = make_proposer(self.study.proposer)
         with LoopLock(self.dir):
+            register(self.study.name, self.dir)  # get_study(name) finds it (CLI runs too)
             self._start()
             previous = signal.getsignal(signal.SIGTERM)
             with contextlib.suppress(ValueError):  # not the main thread: no handler

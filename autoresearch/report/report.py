@@ -31,7 +31,7 @@ def load_state(study_dir: Path | str) -> tuple[Study, StudyState]:
     if not events:
         raise NotFound(
             f"no study journal in {study_dir}",
-            hint="give a study folder (default ./studies/<name>/) made by `autoresearch run`",
+            hint="give a study folder (default AIR_HOME/studies/<name>/) or a study name",
             study_dir=str(study_dir),
         )
     state = replay(events)

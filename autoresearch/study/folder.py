@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError, InvalidState
+from air_skills.runtime.process.proc import alive, own_start
 from autoresearch.spec.safe_read import read_regular
 
 STUDY_FILE = "study.yaml"
@@ -50,12 +51,21 @@ class LoopLock:
             ) from None
         self._fd = fd
         _LOCKS_HELD[str(self.dir.resolve())] = True
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}
+        info = {
+            "pid": os.getpid(),
+            "start": own_start(),  # pid + start time: a reused pid is never this loop
+            "host": socket.gethostname(),
+            "started_at": time.time(),
+        }
         (self.dir / LOOP_FILE).write_text(json.dumps(info))
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._fd is not None:
+            info = read_loop_info(self.dir) or {}
+            if info.get("pid") == os.getpid():  # this loop's record says it ended
+                with contextlib.suppress(OSError):
+                    (self.dir / LOOP_FILE).write_text(json.dumps({**info, "ended_at": time.time()}))
             _LOCKS_HELD.pop(str(self.dir.resolve()), None)
             fcntl.lockf(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
@@ -76,24 +86,36 @@ def read_loop_info(study_dir: Path) -> dict[str, Any] | None:
 
 
 def loop_alive(study_dir: Path) -> dict[str, Any] | None:
-    """The running loop's info (pid, host, started_at), or None when no loop holds the study."""
+    """The running loop's info (pid, host, started_at), or None when no loop holds the study.
+
+    The lock says so; and where the lock is free but loop.json names a live process (same pid
+    and start time, this host) that has not ended its loop, that loop runs all the same: a
+    POSIX lock is dropped when its process closes any fd of the file, which a snapshot of a
+    study folder inside the code tree once did (issue 24: "interrupted" while it ran)."""
     path = Path(study_dir) / LOCK_FILE
     if not path.exists():
         return None
     info = read_loop_info(study_dir)
-    if info and info.get("pid") == os.getpid() and info.get("host") == socket.gethostname():
+    here = bool(info) and info.get("host") == socket.gethostname()  # type: ignore[union-attr]
+    if info and here and info.get("pid") == os.getpid():
         # This process may hold the lock: closing any fd of the file would drop it (POSIX).
         return info if _LOCKS_HELD.get(str(Path(study_dir).resolve())) else None
-    fd = os.open(path, os.O_RDWR)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
     try:
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return info or {"pid": None}
         fcntl.lockf(fd, fcntl.LOCK_UN)
-        return None
     finally:
         os.close(fd)
+    if info and here and not info.get("ended_at") and info.get("start"):
+        if alive(info.get("pid"), str(info["start"])):
+            return info
+    return None
 
 
 def request_stop(study_dir: Path, cancel_running: bool, reason: str) -> None:

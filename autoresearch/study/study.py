@@ -219,7 +219,13 @@ def _folder(path: Path) -> Path:
 
 
 def default_study_dir(study: Study, base: Path | None = None) -> Path:
-    return ((base or Path.cwd()) / STUDIES_DIR / study.name).resolve()
+    """``base``/studies/<name> when a base is given; else AIR_HOME/studies/<name>: never in
+    the code tree, whose snapshots would carry the growing journal (issue 24)."""
+    if base is not None:
+        return (base / STUDIES_DIR / study.name).resolve()
+    from autoresearch.study.registry import default_folder
+
+    return default_folder(study.name)
 
 
 def dump_study(study: Study) -> str:

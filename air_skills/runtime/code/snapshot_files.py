@@ -4,8 +4,10 @@ In a git work tree: ``git ls-files -co --exclude-standard`` from the repository'
 plus untracked-but-not-ignored files; submodules are listed the same way, recursively, and
 their files included). In a plain folder (or when ``git`` is not installed): every file minus
 ``.git``, ``__pycache__`` and virtualenvs (a folder holding ``pyvenv.cfg``). In both modes the
-patterns of a ``.airignore`` file at the root (gitignore syntax, common subset) are left out.
-Stdlib only; git is run with an argv, never a shell.
+patterns of a ``.airignore`` file at the root (gitignore syntax, common subset) are left out,
+and so is every study folder (a folder holding a study journal beside its study or loop file):
+a growing journal must not change every later job's code. Stdlib only; git is run with an
+argv, never a shell.
 """
 
 from __future__ import annotations
@@ -19,6 +21,31 @@ from pathlib import Path
 
 SKIP_DIRS = frozenset({".git", "__pycache__"})
 GIT_TIMEOUT_S = 60.0
+# autoresearch's study folder: its journal beside one of the others (autoresearch/study/folder.py)
+STUDY_JOURNAL = "journal.jsonl"
+STUDY_MARKERS = ("study.yaml", "loop.json", ".loop.lock", ".start.yaml")
+
+
+def is_study_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a study's journal (and its study or loop file)."""
+    try:
+        return os.path.isfile(os.path.join(folder, STUDY_JOURNAL)) and any(
+            os.path.exists(os.path.join(folder, m)) for m in STUDY_MARKERS
+        )
+    except OSError:
+        return False
+
+
+def without_study_folders(root: Path, paths: list[str]) -> list[str]:
+    """``paths`` (relative to ``root``) minus those inside a study folder."""
+    studies = {
+        p[: -len(STUDY_JOURNAL)]  # "studies/x/": a folder below the root, never the root
+        for p in paths
+        if p.endswith("/" + STUDY_JOURNAL) and is_study_folder(root / os.path.dirname(p))
+    }
+    if not studies:
+        return paths
+    return [p for p in paths if not any(p.startswith(s) for s in studies)]
 
 
 @dataclass
@@ -229,6 +256,8 @@ def _folder_files(root: Path, rules: IgnoreRules, skip: frozenset[str]) -> list[
                 continue
             if d in SKIP_DIRS or rules.ignored(rel_dir + d, True) or full in skip:
                 continue
+            if is_study_folder(full):
+                continue
             try:
                 if os.path.exists(os.path.join(full, "pyvenv.cfg")):
                     continue  # a virtualenv
@@ -257,5 +286,6 @@ def list_files(workdir: Path, skip: frozenset[str] = frozenset()) -> Listing:
             root = root.resolve()
             rules = IgnoreRules.load(root)
             paths = [p for p in _git_files(git, root) if not rules.ignored(p)]
+            paths = without_study_folders(root, paths)
             return Listing(root, paths, "git", git_info(git, root), notes)
     return Listing(workdir, _folder_files(workdir, rules, skip), "folder", None, notes)
