@@ -224,6 +224,12 @@ _TABLE = (
         " never set it yourself",
         default_text="unset",
     ),
+    Setting(
+        "AIR_PATCH_MAX_FILE_MB", "float", 32.0,
+        "the biggest file (MiB) a `--patch` may change (a patch on a bigger one is refused,"
+        " naming it)",
+        "a number of MiB > 0", _positive,
+    ),
 )  # fmt: skip
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in _TABLE}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import InvalidSpec
-from air_skills.runtime.code.patch import apply_patch
+from air_skills.runtime.code.patch import apply_patch, check_layout
 from air_skills.runtime.code.snapshot import load_manifest, read_blob, take_snapshot
 from air_skills.runtime.code.snapshot_files import IgnoreRules
 from autoresearch.code.code_diff import unified_diff
@@ -102,6 +102,7 @@ class CodeBase:
                 return state[path] if path in state else self.read(path)
 
             state.update(apply_patch(text, read))
+        check_layout(state, self.manifest["files"], self.manifest.get("symlinks", {}))
         return state
 
     def composed(self, patches: list[str]) -> str | None:

@@ -283,6 +283,12 @@ class StudyState:
             trial.job_done = False
             if not trial.status.is_final():
                 trial.status = TrialStatus.RUNNING
+        elif kind == "launch_refused" and trial is not None:  # its code could not be built
+            trial.status = TrialStatus.FAILED
+            trial.failure = ev.get("failure")
+            trial.failure_kind = ev.get("failure_kind") or "patch"
+            trial.job_done = True
+            trial.ended_at = ts
         elif kind == "job_started" and trial is not None:
             trial.started_at = ev.get("started_at", ts)
         elif kind == "infra_retry" and trial is not None:

@@ -2,7 +2,8 @@
 of the wrong shape is skipped with its reason, so a hand-edited journal never breaks a study.
 
 Each event kind lists the fields ``StudyState.apply`` reads and what each must be; the trial
-events must also fit the trials before them (proposed, launched, ended). A record either passes
+events must also fit the trials before them (proposed, launched, ended, decided: never
+backwards, so a line appended for a decided trial cannot re-finish it). A record either passes
 whole and applies whole, or is skipped whole. Plain type tests, no model per line: a journal
 has thousands of lines and every ``status`` replays all of them.
 """
@@ -23,6 +24,8 @@ class Trial(Protocol):
 
     job_id: str | None
     status: _Status
+    job_done: bool
+    decision: str | None
 
 
 MAX_TRIAL = 2**31  # a trial number past this only makes the next number absurd
@@ -144,6 +147,7 @@ FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
         "code_digest": (STR, OPT),
         "gpu_type": (STR, OPT),
     },
+    "launch_refused": {"trial": (NAT, REQ), "failure": (STR, REQ), "failure_kind": (STR, OPT)},
     "job_started": {"trial": (NAT, REQ), "started_at": (FINITE, OPT)},
     "infra_retry": {"trial": (NAT, REQ), "gpu_s": (COUNT, SET)},
     "pruned": {
@@ -189,8 +193,8 @@ FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
 }
 # The events about one trial, and those only a launched trial can have (the loop writes them
 # after its ``launched`` line; a decision comes after the trial has ended).
-TRIAL_EVENTS = ("proposal", "tampered", "launched", "job_started", "infra_retry", "pruned",
-                "finished", "decision")  # fmt: skip
+TRIAL_EVENTS = ("proposal", "tampered", "launched", "launch_refused", "job_started",
+                "infra_retry", "pruned", "finished", "decision")  # fmt: skip
 LAUNCHED_ONLY = ("tampered", "job_started", "infra_retry", "pruned", "finished")
 NO_FIELDS: dict[str, tuple[Check, str]] = {}
 
@@ -236,6 +240,19 @@ def _trial_problem(ev: dict[str, Any], kind: str, trials: Mapping[int, Trial]) -
         return f"{kind}: trial {n} was never launched"
     if kind == "decision" and not trial.status.is_final():
         return f"decision: trial {n} has not ended"
+    return _backwards(kind, n, trial)
+
+
+def _backwards(kind: str, n: int, trial: Trial) -> str | None:
+    """How an event would take a trial back in its life (proposed, launched, ended, decided;
+    a pruned trial's job may still end after it): a line appended by hand, never the loop's."""
+    if trial.decision is not None and kind != "tampered":
+        return f"{kind}: trial {n} was already decided ({trial.decision})"
+    ended = trial.status.is_final()
+    if kind in ("launched", "launch_refused", "pruned", "infra_retry") and ended:
+        return f"{kind}: trial {n} has already ended"
+    if kind in ("finished", "job_started", "infra_retry") and ended and trial.job_done:
+        return f"{kind}: trial {n}'s job has already ended"
     return None
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import AirError
+from air_skills.errors import AirError, InvalidSpec
 from autoresearch.code.code_base import CodeBase
 from autoresearch.code.code_check import chain_of
 from autoresearch.journal.journal import StudyState, Trial
@@ -31,6 +31,8 @@ class TrialLauncher:
     dir: Path
     code: CodeBase | None = None
 
+    undecided: list[int]
+    refused = 0  # trials whose code could not be built since the loop last looked
     def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -57,14 +59,26 @@ class TrialLauncher:
     def _launch(self, t: Trial) -> None:
         attempt = t.attempt + 1
         spec = trial_spec(self.study, self.state, t, self.gpus_per_trial)
-        if self.code is not None:
-            patch, notes = self.code.launch_patch(chain_of(self.state.trials, t.number))
-            for note in notes:
-                if note not in self.state.warnings:
-                    self.emit("warning", message=note)
-            spec = spec.model_copy(update={"patch": patch})
+        chain = chain_of(self.state.trials, t.number) if self.code is not None else []
         started = time.time()
-        info = self.client.launch(spec)
+        try:
+            if self.code is not None:
+                patch, notes = self.code.launch_patch(chain)
+                for note in notes:
+                    if note not in self.state.warnings:
+                        self.emit("warning", message=note)
+                spec = spec.model_copy(update={"patch": patch})
+            info = self.client.launch(spec)
+        except Exception as exc:
+            why = _code_failure(exc) if chain else None
+            if why is None:
+                raise
+            # this trial's code cannot be built: it fails alone, the study goes on
+            self.emit("launch_refused", trial=t.number, failure=why, failure_kind="patch")
+            self.undecided.append(t.number)
+            self.refused += 1
+            self.log(f"trial {t.number} FAILED before launch: {why}")
+            return
         self.emit(
             "launched",
             trial=t.number,
@@ -118,3 +132,16 @@ class TrialLauncher:
         if changed and t.number not in self.state.tampered:
             self.emit("tampered", trial=t.number, when="after end", files=changed)
         return changed or list(self.state.tampered.get(t.number, []))
+
+
+def _code_failure(exc: Exception) -> str | None:
+    """Why a patched trial's code could not be built, or None for an error of the study's
+    (a store gone, a refused launch for another reason): those stop the loop as before."""
+    if isinstance(exc, InvalidSpec):
+        text = exc.message
+        prefix = "patch refused, nothing was launched: "
+        return text[len(prefix) :] if text.startswith(prefix) else None
+    if isinstance(exc, AirError):
+        return None
+    # an unforeseen way for a patch to break the view (OSError, UnicodeError...)
+    return f"its code could not be built: {type(exc).__name__}: {str(exc)[:300]}"

@@ -265,6 +265,9 @@ class StudyLoop(TrialLauncher, TrialWatch):
                 infos = {i.job_id: i for i in got}
             except NotFound:
                 infos = {}
+                if self.refused:  # a trial failed before launch: its slot is free again
+                    self.refused = 0
+                    continue
 
     # --- slots and launches ---
 

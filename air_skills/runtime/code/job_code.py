@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import InvalidSpec
-from air_skills.runtime.code.patch import apply_patch
+from air_skills.runtime.code.patch import apply_patch, check_layout
 from air_skills.runtime.code.snapshot import Snapshot, build_view, dirty_diff, take_snapshot
 from air_skills.runtime.code.snapshot_store import code_root, read_blob
 
@@ -128,6 +128,7 @@ def plan_code(home: Path, workdir: str, patch: str | None, store: bool = True) -
             weakref.finalize(plan, shutil.rmtree, str(plan.staged), ignore_errors=True)
         if patch is not None:
             plan.overrides = apply_patch(patch, _reader(home, snap))
+            check_layout(plan.overrides, snap.manifest["files"], snap.manifest["symlinks"])
     except BaseException:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)

@@ -3,18 +3,23 @@
 ``apply_patch(text, read)`` parses a unified diff (``git diff`` or ``diff -u`` output, ``a/``
 ``b/`` prefixes stripped), checks it (text only, not empty, every path relative and inside the
 tree) and applies it in memory to the files that ``read(path)`` returns, without fuzz: a hunk's
-context must match exactly, at its line number or shifted (as ``git apply`` allows). It
-returns ``{path: new bytes, or None for a deleted file}``; nothing is written. Every problem is
-an ``InvalidSpec`` naming the file and the hunk. Stdlib only.
+context must match exactly, at its line number or shifted (as ``git apply`` allows), found in
+time linear in the file (``_Index``); a file over ``AIR_PATCH_MAX_FILE_MB`` is refused, and
+so is a rename onto an existing file (as ``git apply`` does). It returns ``{path: new bytes,
+or None for a deleted file}``; nothing is written. ``check_layout`` refuses a result the tree
+cannot hold (a file over a folder, under a file, or through a symlink). Every problem is an
+``InvalidSpec`` naming the file and the hunk. Stdlib only but for ``settings``.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from air_skills import settings
 from air_skills.errors import InvalidSpec
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -162,25 +167,104 @@ def _strip_newline(hunk: Hunk) -> None:
         hunk.lines[-1] = (op, body[:-2] if body.endswith("\r\n") else body.rstrip("\n"))
 
 
-def _find(content: list[str], old: list[str], expected: int, start: int) -> int | None:
-    """Where ``old`` occurs in ``content`` at or after ``start``: nearest to ``expected``."""
-    n = len(old)
-    if not n:
-        return min(max(expected, start), len(content))
-    for pos in sorted(range(start, len(content) - n + 1), key=lambda p: (abs(p - expected), p)):
-        if content[pos : pos + n] == old:
-            return pos
-    return None
+_BASE = 1_000_003
+_MOD = (1 << 61) - 1
+MAX_CANDIDATES = 2_000_000  # windows a patch's hunks may try in one file, all together
+
+
+class _Index:
+    """A file's lines for matching hunks in linear time: each distinct line as an integer,
+    prefix hashes of those integers (any window's hash in O(1)), and where each line occurs."""
+
+    def __init__(self, content: list[str]) -> None:
+        self.content = content
+        self.ids: dict[str, int] = {}
+        self.where: dict[int, list[int]] = {}
+        self.prefix = [0]
+        ids, where, prefix = self.ids, self.where, self.prefix
+        h = 0
+        for pos, line in enumerate(content):
+            i = ids.setdefault(line, len(ids) + 1)
+            where.setdefault(i, []).append(pos)
+            h = (h * _BASE + i) % _MOD
+            prefix.append(h)
+        self.tried = 0
+
+    def window(self, pos: int, n: int, power: int) -> int:
+        return (self.prefix[pos + n] - self.prefix[pos] * power) % _MOD
+
+    def find(self, old: list[str], expected: int, start: int) -> int | None:
+        """Where ``old`` occurs at or after ``start``, nearest to ``expected`` (None: nowhere).
+
+        Candidates are the places of the hunk's rarest line, tried outward from ``expected``
+        by window hash (O(1) each); only a hash that matches is compared line by line.
+        """
+        n, size = len(old), len(self.content)
+        if not n:
+            return min(max(expected, start), size)
+        want, rare, rare_at = 0, None, 0
+        for j, line in enumerate(old):
+            i = self.ids.get(line)
+            if i is None:  # a line the file does not have: no window can match
+                return None
+            want = (want * _BASE + i) % _MOD
+            if rare is None or len(self.where[i]) < len(self.where[rare]):
+                rare, rare_at = i, j
+        assert rare is not None
+        power = pow(_BASE, n, _MOD)
+        places = self.where[rare]
+        right = bisect.bisect_left(places, expected + rare_at)
+        left = right - 1
+        while left >= 0 or right < len(places):
+            at_left = places[left] - rare_at if left >= 0 else None
+            at_right = places[right] - rare_at if right < len(places) else None
+            go_left = at_right is None or (
+                at_left is not None and expected - at_left <= at_right - expected
+            )
+            if go_left:
+                pos, left = places[left] - rare_at, left - 1
+            else:
+                pos, right = places[right] - rare_at, right + 1
+            if pos < start or pos + n > size:
+                continue
+            self.tried += 1
+            if self.tried > MAX_CANDIDATES:
+                raise _TooMuch
+            if self.window(pos, n, power) == want and self.content[pos : pos + n] == old:
+                return pos
+        return None
+
+
+class _TooMuch(Exception):
+    pass
 
 
 def _apply_file(fp: FilePatch, content: list[str]) -> list[str]:
-    out = list(content)
-    offset = 0
+    """The file's lines after the hunks: each found in the original lines (in order, after the
+    one before), then the pieces joined; linear in the file's size plus the patch's."""
+    index: _Index | None = None
+    pieces: list[list[str]] = []
     floor = 0
     for number, hunk in enumerate(fp.hunks, 1):
         old = hunk.old()
-        expected = max(hunk.old_start - 1, 0) + offset if hunk.old_len else hunk.old_start + offset
-        pos = _find(out, old, expected, floor)
+        expected = max(hunk.old_start - 1, 0) if hunk.old_len else hunk.old_start
+        n = len(old)
+        if not n:
+            pos: int | None = min(max(expected, floor), len(content))
+        elif floor <= expected <= len(content) - n and content[expected : expected + n] == old:
+            pos = expected
+        else:
+            index = index or _Index(content)
+            try:
+                pos = index.find(old, expected, floor)
+            except _TooMuch:
+                raise _error(
+                    f"{fp.name}, hunk {number} ({hunk.header}): the hunks match in too many"
+                    f" places ({MAX_CANDIDATES} tried); make the patch against this snapshot"
+                    " with more context lines",
+                    file=fp.name,
+                    hunk=number,
+                ) from None
         if pos is None:
             raise _error(
                 f"{fp.name}, hunk {number} ({hunk.header}) does not apply: its context and"
@@ -188,11 +272,11 @@ def _apply_file(fp: FilePatch, content: list[str]) -> list[str]:
                 file=fp.name,
                 hunk=number,
             )
-        new = hunk.new()
-        out[pos : pos + len(old)] = new
-        offset += len(new) - len(old)
-        floor = pos + len(new)
-    return out
+        pieces.append(content[floor:pos])
+        pieces.append(hunk.new())
+        floor = pos + n
+    pieces.append(content[floor:])
+    return [line for piece in pieces for line in piece]
 
 
 def apply_patch(text: str, read: Callable[[str], bytes | None]) -> dict[str, bytes | None]:
@@ -200,6 +284,7 @@ def apply_patch(text: str, read: Callable[[str], bytes | None]) -> dict[str, byt
     if not text.strip():
         raise _error("the patch is empty")
     state: dict[str, bytes | None] = {}
+    max_bytes = int(settings.get("AIR_PATCH_MAX_FILE_MB") * 2**20)
 
     def current(path: str) -> bytes | None:
         return state[path] if path in state else read(path)
@@ -214,6 +299,14 @@ def apply_patch(text: str, read: Callable[[str], bytes | None]) -> dict[str, byt
             data = current(fp.old_path)
             if data is None:
                 raise _error(f"{fp.old_path}: no such file in the snapshot", file=fp.old_path)
+            if len(data) > max_bytes:
+                raise _error(
+                    f"{fp.old_path} is {len(data) / 1e6:.1f} MB, over the {max_bytes / 2**20:g}"
+                    " MiB a patch may change (AIR_PATCH_MAX_FILE_MB): change a file that big in"
+                    " the tree itself, not through a patch",
+                    file=fp.old_path,
+                    bytes=len(data),
+                )
             if b"\x00" in data:
                 raise _error(f"{fp.old_path} is a binary file: only text files can be patched",
                              file=fp.old_path)  # fmt: skip
@@ -230,6 +323,50 @@ def apply_patch(text: str, read: Callable[[str], bytes | None]) -> dict[str, byt
             state[fp.old_path] = None  # type: ignore[index]
             continue
         if fp.old_path is not None and fp.old_path != fp.new_path:
+            if current(fp.new_path) is not None:  # as `git apply` does: never overwrite
+                raise _error(
+                    f"{fp.old_path} -> {fp.new_path}: the patch renames a file onto one the"
+                    f" snapshot has already; delete {fp.new_path} in the patch first, or"
+                    " rename to a free name",
+                    file=fp.new_path,
+                )
             state[fp.old_path] = None
         state[fp.new_path] = "".join(result).encode("utf-8")
     return state
+
+
+def check_layout(
+    changes: Mapping[str, bytes | None], files: Collection[str], links: Collection[str]
+) -> None:
+    """Refuse a patch's result that the tree cannot hold: a file where the snapshot has a
+    folder, a file under a file or through a symlink (``lnk/new.py`` with ``lnk -> pkg``:
+    the view would write outside ``lnk``'s own entry, or fail).
+
+    ``files`` and ``links``: the snapshot's regular files and symlinks; ``changes``: what the
+    patch writes (None: deletes).
+    """
+    written = {p for p, v in changes.items() if v is not None}
+    if not written:
+        return
+    kept = {p for p in files if changes.get(p, b"") is not None} | written
+    link_set = set(links)
+    folders = {p[:i] for p in kept | link_set for i, c in enumerate(p) if c == "/"}
+    for path in sorted(written):
+        if path in link_set:
+            raise _error(f"{path} is a symlink in the snapshot; patch the file it points to",
+                         file=path)  # fmt: skip
+        if path in folders:
+            raise _error(f"{path} is a folder in the snapshot: a patch cannot make it a file",
+                         file=path)  # fmt: skip
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            if above in link_set:
+                raise _error(
+                    f"{path}: {above} is a symlink in the snapshot; a patch writes real paths"
+                    f" only (write the file under the folder {above} points to)",
+                    file=path,
+                )
+            if above in kept:
+                raise _error(f"{path}: {above} is a file in the snapshot, not a folder",
+                             file=path)  # fmt: skip
