@@ -16,6 +16,7 @@ from air_skills.errors import AirError, InvalidSpec
 from autoresearch.code.code_base import CodeBase
 from autoresearch.code.code_check import chain_of
 from autoresearch.journal.journal import StudyState, Trial
+from autoresearch.loop.stall_auto import trial_stall
 from autoresearch.loop.trials import trial_spec
 from autoresearch.spec.study_schema import Study
 
@@ -59,6 +60,7 @@ class TrialLauncher:
     def _launch(self, t: Trial) -> None:
         attempt = t.attempt + 1
         spec = trial_spec(self.study, self.state, t, self.gpus_per_trial)
+        spec = spec.model_copy(update=trial_stall(self.study, self.state, self._home()))
         chain = chain_of(self.state.trials, t.number) if self.code is not None else []
         started = time.time()
         try:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from air_skills.errors import UnknownMetric
+from air_skills.runtime.supervision.stall import MARK as STALL_MARK
 from autoresearch.journal.journal import Trial, TrialStatus
 
 
@@ -120,6 +121,8 @@ def trial_outcome(
         reason = info.message or status
         if status == "TIMED_OUT":
             reason = f"timed out: {info.message}"
+        elif STALL_MARK in (info.message or ""):  # what it was doing when it stopped moving
+            reason = info.message
         elif info.failure_kind != "infra":
             reason = failure_reason(tail, info.message or status)
         fields.update(

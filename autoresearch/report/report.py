@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import NotFound
+from air_skills.runtime.supervision.stall import MARK as STALL_MARK
 from autoresearch.journal.journal import Journal, StudyState, Trial, TrialStatus, replay
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
 from autoresearch.report.report_code import code_lines, value_text
@@ -188,6 +189,12 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
         f"- **Budget spent:** {' · '.join(budget)}",
         _cost_line(state, now),
     ]
+    stalled = [str(t.number) for t in trials if t.failure and STALL_MARK in t.failure]
+    if stalled:
+        lines.append(
+            f"- **Stalled:** {len(stalled)} (trials {', '.join(stalled)}: stopped after no"
+            " progress; their stacks are in stacks.txt in each job's folder)"
+        )
     if study.noise.repeats:
         if state.noise_floor is not None:
             lines.append(

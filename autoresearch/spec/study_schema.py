@@ -22,6 +22,7 @@ from pydantic import (
 
 from air_skills.models import DataInput, split_command
 from air_skills.vocabulary import NAME_PATTERN, Direction, better
+from autoresearch.spec.stall import StallConfig
 
 Scalar = str | int | float | bool | None
 
@@ -269,6 +270,7 @@ class Study(_Strict):
     data: list[DataInput] = Field(default_factory=list)  # [{name, path}], as in a job spec
     image: str | None = Field(default=None, max_length=255)  # every trial runs in it (JobSpec)
     evaluate: Evaluate | None = None  # a trusted evaluator (needs `code`)
+    stall: StallConfig | None = None  # trials' stall timeout (spec/stall.py); None: the default
     # How ``workdir`` became absolute, for a not-found error ("workdir '.' resolved against
     # the study file's folder /x"); set by autoresearch.study.study.anchor_workdir, not a key.
     _workdir_note: str | None = PrivateAttr(default=None)
@@ -287,6 +289,11 @@ class Study(_Strict):
         if isinstance(data, dict) and data.get("code") is not None and "search_space" not in data:
             return {**data, "search_space": {}}
         return data
+
+    @field_validator("stall", mode="before")
+    @classmethod
+    def _bare_stall(cls, value: Any) -> Any:
+        return StallConfig.coerce(value)
 
     @field_validator("evaluate", mode="before")
     @classmethod

@@ -4,7 +4,8 @@ records its own start and end times so that tests can check concurrency from the
 Config: x, y (the loss is (x-0.3)^2 + (y-0.6)^2 plus noise*seed jitter), steps, sleep_s per
 step, log ("summary": only the closing `---` block; "mlflow": every step too), stamp_dir,
 metric (the objective's name), fail (raise; fail_message: the error's text), noise,
-hang_once (a marker file: the first run to create it prints "up" and sleeps a minute).
+hang_once (a marker file: the first run to create it prints "up" and sleeps a minute),
+hang_when_x (a run whose x is this value goes silent and never ends: no output, no metric).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def main() -> None:
         print("up", flush=True)
         time.sleep(60)
     x, y = float(cfg.get("x", 0.0)), float(cfg.get("y", 0.0))
+    if cfg.get("hang_when_x") is not None and x == float(cfg["hang_when_x"]):
+        while True:  # silent: no output, no metric
+            time.sleep(0.05)
     jitter = random.Random(cfg.get("seed", 0)).gauss(0, 1) * float(cfg.get("noise", 0.0))
     final = (x - 0.3) ** 2 + (y - 0.6) ** 2 + jitter
     steps = int(cfg.get("steps", 3))
