@@ -151,10 +151,12 @@ def test_a_killed_node_daemon_is_an_infra_retry(slurm, slurm_client, tmp_path) -
     marker = tmp_path / "attempts"
     code = textwrap.dedent(
         f"""\
-        import os, time
+        import os, pathlib, time
+        seen = pathlib.Path({str(marker)!r})
+        first = seen.read_text().split()[0] if seen.exists() else os.environ["SLURM_JOB_ID"]
         with open({str(marker)!r}, "a") as f:
             f.write(os.environ["SLURM_JOB_ID"] + "\\n")
-        time.sleep(20)
+        time.sleep(40 if os.environ["SLURM_JOB_ID"] == first else 1)
         """
     )
     info = slurm_client.launch(_spec(tmp_path, code))
@@ -169,6 +171,9 @@ def test_a_killed_node_daemon_is_an_infra_retry(slurm, slurm_client, tmp_path) -
             timeout_s=120,
             every_s=1,
         )
+    except AssertionError:
+        row = slurm_client.store.row(info.job_id)
+        raise AssertionError((row.status, row.message, slurm_client.store.events(info.job_id)))
     finally:
         slurm.start_slurmd()
         slurm.wait_idle()

@@ -147,6 +147,8 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
                 done_marker=DONE,
             )
         return _from_exit(rt, row, ended)
+    if state in INFRA and ended is not None and ended.get("slurm_id") == sid:
+        return _from_exit(rt, row, ended)  # the command ended before its node was lost
     if state in INFRA:
         return _infra_retry(
             rt, row, spec, f"Slurm reported {state} on node {job.node or '?'}", job.node
