@@ -10,6 +10,7 @@ from air_skills.gpu.providers import provider
 from air_skills.runtime.containers import engine_check
 from air_skills.runtime.launch.orphans import sweep_orphans
 from air_skills.runtime.results.outcomes import max_infra_retries
+from air_skills.runtime.store.rebuild import records_check
 from air_skills.tracking.store_check import check_store
 
 if TYPE_CHECKING:
@@ -33,7 +34,11 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
         tracking=check_store(client.home),
         deep=deep,
     )
-    return _with_check(report, engine_check.doctor_check(client.home))
+    report = _with_check(report, records_check(client.store))
+    report = _with_check(report, engine_check.doctor_check(client.home))
+    from air_skills.backends.slurm.doctor import doctor_check as slurm_check
+
+    return _with_check(report, slurm_check(client.home, client.store.setting("backend")))
 
 
 def _with_check(report: dict[str, Any], check: dict[str, str]) -> dict[str, Any]:
@@ -42,3 +47,25 @@ def _with_check(report: dict[str, Any], check: dict[str, str]) -> dict[str, Any]
     rank = {"ok": 0, "warn": 1, "fail": 2}
     report["status"] = max(report["status"], check["status"], key=rank.__getitem__)
     return report
+
+
+def rebuild_records(dry_run: bool, as_json: bool) -> None:
+    """`air doctor --rebuild [--dry-run]`: through Client.rebuild, which opens no store."""
+    from air_skills.cli.output import emit_json, out, say
+    from air_skills.client import Client
+
+    result = Client.rebuild(dry_run=dry_run)
+    if as_json:
+        emit_json(result)
+        return
+    would = "would " if dry_run else ""
+    if result["other_home_db"]:
+        where = result["moved_aside"] or "aside"
+        say(out, f"air.db is another home's: {would}move it to {where}, then a new one")
+    rebuilt = result["rebuilt"]
+    say(out, f"{would}record {len(rebuilt)} job folders as FAILED (infra, outcome unknown)"
+        + (": " + ", ".join(rebuilt) if rebuilt else ""))  # fmt: skip
+    for item in result["skipped"]:
+        say(out, f"skip {item['job_id']}: {item['reason']}")
+    if dry_run:
+        say(out, "nothing was changed: run `air doctor --rebuild` to do it")

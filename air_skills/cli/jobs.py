@@ -26,6 +26,7 @@ from air_skills.cli.output import (
     print_info,
     say,
     status_text,
+    still_running_on_interrupt,
     wait_progress,
 )
 from air_skills.cli.results import follow_log
@@ -80,7 +81,7 @@ def launch(
     idempotency_key: Optional[str] = typer.Option(
         None, "--idempotency-key", help="a retry with the same key and spec returns the first job"
     ),
-    backend: Optional[str] = typer.Option(None, "--backend", help="local | ray"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="local | ray | slurm"),
     project: Optional[str] = typer.Option(
         None, "--project", help="the project whose GPU quota it uses (default: AIR_PROJECT)"
     ),
@@ -98,6 +99,15 @@ def launch(
     ),
     image: Optional[str] = typer.Option(
         None, "--image", help="run in this container image (podman or docker)"
+    ),
+    sandbox: Optional[str] = typer.Option(
+        None, "--sandbox", help="auto | on | off: run in a sandbox (default AIR_SANDBOX: auto)"
+    ),
+    writable: list[str] = typer.Option(
+        [], "--writable", help="a folder (under AIR_DATA_ROOTS) the sandboxed job may write"
+    ),
+    network: Optional[bool] = typer.Option(
+        None, "--network/--no-network", help="--no-network: a sandboxed job has no network"
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="validate (executable, script) and show; launch nothing"
@@ -141,6 +151,9 @@ def launch(
         "code": code,
         "patch": read_patch(patch) if patch is not None else None,
         "image": image,
+        "sandbox": sandbox,
+        "writable": writable,
+        "network": network,
         "check_command": False if no_check_command else None,
     }
     spec = spec_from_args(spec_file, command, options)
@@ -175,23 +188,34 @@ def ls(
     if as_json:
         emit_json(page.items)
         return
-    t = Table(title=None)
-    for col in ("job", "name", "status", "gpus", "project", "attempts", "created", "message"):
-        t.add_column(col, overflow="fold" if col == "message" else "ellipsis")
+    # One line per job, ids whole (`air logs JOB` takes them, or a prefix): in a narrow
+    # terminal the name, project and message are cut, never the id, status or time.
+    fixed = {"job": 14, "status": 9, "gpus": 4, "tries": 5, "created": 11}
+    room = max(12, out.width - sum(fixed.values()) - 2 * 7)  # two spaces between columns
+    cut = {"name": min(12, room // 4), "project": min(10, room // 4)}
+    cut["message"] = max(4, room - cut["name"] - cut["project"])
+    t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
+    for col in ("job", "name", "status", "gpus", "project", "tries", "created", "message"):
+        width = fixed.get(col) or cut[col]
+        t.add_column(col, no_wrap=True, overflow="ellipsis", width=width)
     for i in page.items:
         t.add_row(
             plain(i.job_id),
-            plain(i.name[:24]),
+            plain(_cut(i.name, cut["name"])),
             status_text(i),
             plain(",".join(map(str, i.gpus)) or "-"),
-            plain(i.project + (" (borrowing)" if i.borrowing else "")),
+            plain(_cut(i.project + (" (borrowing)" if i.borrowing else ""), cut["project"])),
             plain(i.attempts),
-            plain(i.created_at.strftime("%m-%d %H:%M:%S")),
-            plain(i.message[:80]),
+            plain(i.created_at.strftime("%m-%d %H:%M")),
+            plain(_cut(" ".join(i.message.split()), cut["message"])),
         )
     out.print(t)
     if page.next_cursor:
         out.print(f"[dim]more: raise --limit (showing {len(page.items)})[/]")
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 @handle_errors
@@ -220,11 +244,12 @@ def wait(
     """Wait until any (or --all) of the jobs end."""
     check_range("--timeout", timeout, 0)
     c = client()
-    if as_json or not sys.stderr.isatty():
-        infos = c.wait(jobs, timeout_s=timeout, any=not all_)
-    else:
-        with wait_progress(len(jobs)) as progress:
-            infos = c.wait(jobs, timeout_s=timeout, any=not all_, on_progress=progress)
+    with still_running_on_interrupt(jobs):
+        if as_json or not sys.stderr.isatty():
+            infos = c.wait(jobs, timeout_s=timeout, any=not all_)
+        else:
+            with wait_progress(len(jobs)) as progress:
+                infos = c.wait(jobs, timeout_s=timeout, any=not all_, on_progress=progress)
     if as_json:
         emit_json(infos)
     else:

@@ -202,3 +202,12 @@ def test_priorities_order_two_jobs_waiting_on_a_full_node(slurm_client, tmp_path
     for job in (blocker, low, high):
         assert _done(slurm_client, job.job_id).status == JobStatus.SUCCEEDED
     assert order.read_text().split() == ["high", "low"]
+
+
+def test_air_doctor_reports_the_cluster(slurm_client) -> None:
+    from air_skills.cli.doctor import run_doctor
+
+    report = run_doctor(slurm_client)
+    (check,) = [c for c in report["checks"] if c["name"] == "slurm"]
+    assert check["status"] == "ok", check
+    assert "sinfo answers: 1 node(s)" in check["detail"]
