@@ -152,6 +152,10 @@ def nvml_reading(nv: Any, index: int, watcher: XidWatcher | None = None) -> GpuR
         reading.throttle_mask = read("throttle", _throttle_reasons, nv, handle)
         temp = read("temp", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
         reading.temperature_c = None if temp is None else float(temp)
+        try:  # evidence for the stall watch, never a health finding: read apart
+            reading.utilization_pct = float(nv.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except Exception:
+            reading.utilization_pct = None
     except _Lost:
         reading.present = False
         reading.missing_detail = "GPU is lost: it fell off the bus (NVML: GPU is lost)"

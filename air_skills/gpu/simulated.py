@@ -10,7 +10,9 @@ Kinds and their fields (every entry may also have ``after_s``: it applies only t
 seconds after the file was last written):
 ``xid`` (code), ``ecc`` (count, default 1), ``retired-pages``, ``row-remap`` (pending,
 default true; failure, default false), ``throttle`` (reasons: names, or mask: int),
-``temperature`` (celsius), ``missing``; and two seen only by the deep preflight:
+``temperature`` (celsius), ``missing``, ``utilization`` (percent: a busy-time trace for the stall
+watch; of the entries whose ``after_s`` has passed, the last listed wins); and two seen only by
+the deep preflight:
 ``matmul-corrupt`` (its matmul then differs from the CPU result) and ``hang`` (the check
 never finishes, as on a hung GPU).
 A file that cannot be read or does not validate injects nothing; the check reports it as a
@@ -38,6 +40,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "throttle": {"reasons": list, "mask": int},
     "temperature": {"celsius": (int, float)},
     "missing": {},
+    "utilization": {"percent": (int, float)},
     "matmul-corrupt": {},
     "hang": {},
 }
@@ -84,6 +87,9 @@ def _check_entry(where: str, entry: Any) -> list[str]:
         problems.append(f"{where} (xid): needs a code, e.g. 79")
     if kind == "temperature" and "celsius" not in entry:
         problems.append(f"{where} (temperature): needs celsius, e.g. 95")
+    pct = entry.get("percent")
+    if kind == "utilization" and not (isinstance(pct, int | float) and 0 <= pct <= 100):
+        problems.append(f"{where} (utilization): needs percent, 0-100")
     if kind == "ecc" and isinstance(entry.get("count"), int) and entry["count"] < 1:
         problems.append(f"{where} (ecc): count must be >= 1")
     if kind == "throttle":
@@ -165,6 +171,8 @@ def apply_entries(reading: GpuReading, entries: list[dict[str, Any]]) -> GpuRead
             reading.throttle_mask = (reading.throttle_mask or 0) | mask
         elif kind == "temperature":
             reading.temperature_c = float(e["celsius"])
+        elif kind == "utilization":
+            reading.utilization_pct = float(e["percent"])
         elif kind == "missing":
             reading.present = False
             reading.missing_detail = "GPU is lost: it fell off the bus (simulated)"

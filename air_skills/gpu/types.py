@@ -40,6 +40,7 @@ class GpuReading:
     remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, uncorr, pending, failure
     throttle_mask: int | None = None
     temperature_c: float | None = None
+    utilization_pct: float | None = None  # busy time, % (stall evidence, never a fault)
     errors: list[str] = field(default_factory=list)  # values that could not be read, and why
     checked: list[str] = field(default_factory=list)  # the checks that ran
 

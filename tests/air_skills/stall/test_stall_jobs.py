@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from helpers import wait_until
 
 from air_skills import Client, JobSpec, JobStatus
@@ -177,3 +178,30 @@ def test_cli_stall_options_and_status(air_home: Path) -> None:
     assert info["status"] == "FAILED" and "reason: stalled" in info["message"]
     status = subprocess.run([*air, "status", job_id], capture_output=True, text=True, timeout=120)
     assert "stalled" in status.stdout
+
+
+def test_a_busy_gpu_is_progress_until_it_goes_idle(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A silent job whose (simulated) GPU is busy for 8 s, then idle: stalled only after."""
+    trace = tmp_path / "gpus.json"
+    trace.write_text(
+        json.dumps(
+            {
+                str(g): [
+                    {"kind": "utilization", "percent": 90},
+                    {"kind": "utilization", "percent": 0, "after_s": 8},
+                ]
+                for g in range(4)
+            }
+        )  # fmt: skip
+    )
+    monkeypatch.setenv("AIR_SIMULATED_GPU_FAULTS", str(trace))
+    code = "import time\nwhile True:\n    time.sleep(0.05)\n"
+    spec = JobSpec(command=[PY, "-c", code], gpus=1, stall_timeout_min=0.05, track=False)
+    info = client.launch(spec)
+    done = client.wait([info.job_id], timeout_s=90)[0]
+    assert done.status == JobStatus.FAILED and "reason: stalled" in done.message
+    [stalled] = [e for e in client.store.events(info.job_id) if e["kind"] == "stalled"]
+    started = trace.stat().st_mtime
+    assert stalled["ts"] - started >= 8  # never while the GPU was busy
