@@ -60,6 +60,17 @@ class Client:
     def store(self) -> Store:
         return self.runtime.store
 
+    @staticmethod
+    def rebuild(home: str | os.PathLike[str] | None = None, dry_run: bool = False) -> dict:
+        """Record the job folders the state database does not know (`air doctor --rebuild`);
+        another home's database is moved aside first. Opens no Client: it repairs a home
+        whose database is refused. ``dry_run``: say what it would do, change nothing."""
+        from air_skills.home import default_home, ensure_home
+        from air_skills.runtime.store.rebuild import rebuild
+
+        where = ensure_home(Path(home).expanduser() if home else default_home()).resolve()
+        return rebuild(where, dry_run=dry_run, check=JobSpec.stored)
+
     @property
     def tracker(self) -> Any:
         return self.runtime.tracker

@@ -365,6 +365,15 @@ class JobSpec(_Strict):
                 valid_keys=list(cls.model_fields),
             ) from None
 
+    @classmethod
+    def stored(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` (a spec read back from a job folder) as the store keeps it; ValueError
+        naming every problem when it does not validate (a rebuild skips that folder)."""
+        try:
+            return cls.model_validate(data, context=STORED).model_dump(mode="json")
+        except ValidationError as exc:
+            raise ValueError("its spec: " + "; ".join(pydantic_problems(exc))) from None
+
     def resolved_project(self) -> str:
         return self.project or settings.get("AIR_PROJECT") or "default"
 

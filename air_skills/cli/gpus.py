@@ -89,11 +89,21 @@ def uncordon(
 @handle_errors_diagnosing
 def doctor(
     deep: bool = typer.Option(False, "--deep", help="also run a short torch check per GPU"),
+    rebuild: bool = typer.Option(
+        False, "--rebuild", help="record the job folders that the state database does not know"
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="with --rebuild: only say what it would do"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """What this machine offers: GPUs and their health, AIR_HOME, versions; what to fix."""
-    from air_skills.cli.doctor import run_doctor
+    """What this machine offers: GPUs and their health, AIR_HOME, versions; what to fix.
+    --rebuild: records for job folders a lost, restored or foreign air.db does not know."""
+    from air_skills.cli.doctor import rebuild_records, run_doctor
 
+    if rebuild or dry_run:
+        rebuild_records(dry_run, as_json)
+        return
     report = run_doctor(client(), deep=deep)
     if as_json:
         emit_json(report)

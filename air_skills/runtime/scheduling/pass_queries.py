@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from air_skills.runtime.store.records import JOB_COLUMNS, JobRecord
+from air_skills.runtime.store.records import JOB_COLUMNS, JobRecord, record_in_home
 
 # Columns a pass reads: no spec JSON parsed in Python, only what the scheduler needs.
 PASS_COLUMNS = (
@@ -83,7 +84,7 @@ def set_waiting_reason(c: sqlite3.Connection, job_id: str, message: str) -> None
 
 
 def given_job(
-    read: Callable[[str, tuple[Any, ...]], list[sqlite3.Row]], pid: int
+    read: Callable[[str, tuple[Any, ...]], list[sqlite3.Row]], pid: int, home: Path
 ) -> JobRecord | None:
     """The RUNNING job that a pass gave to the idle supervisor ``pid`` (its command not yet
     started), read through ``read`` (Store.read); None if none."""
@@ -92,4 +93,4 @@ def given_job(
         " AND supervisor_pid=? AND job_pid IS NULL ORDER BY seq LIMIT 1",
         (pid,),
     )
-    return JobRecord(*rows[0]) if rows else None
+    return record_in_home(rows[0], home) if rows else None

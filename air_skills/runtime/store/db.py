@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from air_skills.errors import StoreError
 from air_skills.home import JOB_ID_RE, ensure_home, owner_only
 from air_skills.polling import backoff
+from air_skills.runtime.store.home_id import check_home_id
 from air_skills.runtime.store.schema import SCHEMA_VERSION, migrate
 
 _T = TypeVar("_T")
@@ -41,6 +42,11 @@ class Database:
                     if not rebuilding:
                         self._refuse_lost_records(c)
                     migrate(c)
+            try:  # a database copied or restored from another home is refused (home_id.py)
+                self.home_id = check_home_id(self.conn, self.tx, self.home, self.path)
+            except StoreError:
+                self.conn.close()
+                raise
             # From here on, waits for the database are ours (_begin_immediate, read): short.
             self.conn.execute("PRAGMA busy_timeout = 0")
         except sqlite3.DatabaseError as exc:

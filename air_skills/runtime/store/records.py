@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
+
+from air_skills.home import JOB_ID_RE
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +76,18 @@ class JobRecord:
 JOB_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobRecord))
 # The select list that ``JobRecord.from_row`` expects, in field order.
 JOB_COLUMNS = ", ".join(JOB_FIELDS)
+
+
+_JOB_ID = JOB_FIELDS.index("job_id")
+_LOG_PATH = JOB_FIELDS.index("log_path")
+
+
+def record_in_home(row: Sequence[Any], home: str | os.PathLike[str]) -> JobRecord:
+    """The record of a row selected as ``SELECT {JOB_COLUMNS}``, its log always its own
+    folder's output.log under ``home``: a path stored in the database (a restored or
+    another home's one) is never read or written."""
+    values = list(row)
+    job_id = values[_JOB_ID]
+    ok = isinstance(job_id, str) and JOB_ID_RE.match(job_id)
+    values[_LOG_PATH] = os.path.join(home, "jobs", job_id, "output.log") if ok else None
+    return JobRecord(*values)

@@ -22,7 +22,7 @@ from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_folder_record, w
 from air_skills.runtime.results.outcomes import Outcome
 from air_skills.runtime.store.estimates import job_class
 from air_skills.runtime.store.idempotency import check_same_spec
-from air_skills.runtime.store.records import JOB_COLUMNS, JobRecord
+from air_skills.runtime.store.records import JOB_COLUMNS, JobRecord, record_in_home
 from air_skills.runtime.store.spare_store import SpareStore
 from air_skills.status import PRIORITY_RANK, JobStatus
 
@@ -133,7 +133,10 @@ class Store(SpareStore):
 
     def rows(self, where: str = "", args: tuple[Any, ...] = ()) -> list[JobRecord]:
         """Whole job records, selected by ``where`` (SQL after the FROM clause)."""
-        return [JobRecord(*r) for r in self.read(f"SELECT {JOB_COLUMNS} FROM jobs {where}", args)]
+        return [self._record(r) for r in self.read(f"SELECT {JOB_COLUMNS} FROM jobs {where}", args)]
+
+    def _record(self, row: Any) -> JobRecord:
+        return record_in_home(row, self.home)  # its log: its own folder's, never the db's
 
     # --- named state changes ------------------------------------------------------------
 
@@ -367,7 +370,7 @@ class Store(SpareStore):
     def row_in(self, c: sqlite3.Connection, job_id: str) -> JobRecord | None:
         """The job's record read inside the caller's transaction ``c``."""
         row = c.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-        return JobRecord(*row) if row is not None else None
+        return self._record(row) if row is not None else None
 
     def live_backends(self) -> list[str]:
         """The backends that hold QUEUED or RUNNING jobs, sorted."""

@@ -54,7 +54,7 @@ def wait_for_job(
         return None
     deadline = time.monotonic() + linger_s
     while True:
-        row = pass_queries.given_job(store.read, me)
+        row = pass_queries.given_job(store.read, me, store.home)
         if row is not None:
             return row
         left = deadline - time.monotonic()
@@ -62,5 +62,5 @@ def wait_for_job(
             if store.remove_idle(me):
                 return None
             # Off the list already: a pass took this process, its job committed with that.
-            return pass_queries.given_job(store.read, me)
+            return pass_queries.given_job(store.read, me, store.home)
         signals.wait_readable([], left)
