@@ -7,6 +7,7 @@ timeout: AIR sends SIGTERM, then SIGKILL after a grace period).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -236,8 +237,19 @@ def save_checkpoint(path: Path | None, state: dict[str, Any]) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with quiet_phase("checkpoint", expect_min=10):  # a big model's save may take minutes
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+
+def quiet_phase(name: str, expect_min: float) -> Any:
+    """``air_skills.job.phase`` (a stretch that prints nothing is then not a stall), or nothing
+    where the toolkit is not installed."""
+    try:
+        from air_skills.job import phase
+    except ImportError:
+        return contextlib.nullcontext()
+    return phase(name, expect_min)
 
 
 def save_training(
