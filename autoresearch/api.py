@@ -18,7 +18,18 @@ from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
 from autoresearch.journal.journal import Journal, StudyState
 from autoresearch.report.report import load_state
 from autoresearch.report.summary import summarize
-from autoresearch.study.folder import LOOP_LOG, STUDY_FILE, LoopLock, loop_alive, request_stop
+from autoresearch.study.folder import (
+    LOOP_LOG,
+    STUDY_FILE,
+    LoopLock,
+    fill_env,
+    hidden_copy,
+    loop_alive,
+    private_dir,
+    request_stop,
+    save_env,
+    write_private,
+)
 from autoresearch.study.study import (
     Study,
     check_runnable,
@@ -88,9 +99,10 @@ def start_study(
     from autoresearch.proposers import make_proposer
 
     make_proposer(parsed.proposer)  # a missing API key fails here, not in the background
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)  # owner-only, and the env values in env.json alone
+    save_env(folder, fill_env(parsed, source_dir).env)
     launch_file = folder / ".start.yaml"
-    launch_file.write_text(dump_study(parsed))
+    write_private(launch_file, dump_study(hidden_copy(parsed)))
     cmd = [
         sys.executable,
         "-m",

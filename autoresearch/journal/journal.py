@@ -109,7 +109,7 @@ class Journal:
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"event": event, "ts": round(time.time(), 4), **fields}
         line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)  # owner-only
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":

@@ -34,7 +34,18 @@ from autoresearch.loop.mirror import StudyMirror
 from autoresearch.loop.trials import build_request, noise_repeat, trial_command
 from autoresearch.loop.watch import STUDY_ENDING, TrialWatch
 from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
-from autoresearch.study.folder import LOOP_LOG, STOP_FILE, STUDY_FILE, LoopLock, take_stop_request
+from autoresearch.study.folder import (
+    LOOP_LOG,
+    STOP_FILE,
+    STUDY_FILE,
+    LoopLock,
+    fill_env,
+    hidden_copy,
+    hide_env,
+    save_env,
+    take_stop_request,
+    write_private,
+)
 from autoresearch.study.registry import register
 from autoresearch.study.study import Study, dump_study, parse_study
 
@@ -156,6 +167,9 @@ class StudyLoop(TrialLauncher, TrialWatch):
             return LoopResult(self.dir, reason, self.state)
 
     def _start(self) -> None:
+        # env values: from env.json when the study is a saved one; kept there, named elsewhere
+        self.study = fill_env(self.study, self.dir)
+        save_env(self.dir, self.study.env)
         events = self.journal.read()
         if events and not self.resume:
             raise InvalidState(
@@ -178,10 +192,10 @@ class StudyLoop(TrialLauncher, TrialWatch):
             self.gpus_per_trial = self.study.gpus_per_trial
         else:
             self.gpus_per_trial = 1 if self.client.gpus() else 0
-        (self.dir / STUDY_FILE).write_text(dump_study(self.study))
+        write_private(self.dir / STUDY_FILE, dump_study(hidden_copy(self.study)))
         self.emit(
             "session_started",
-            study=self.study.to_dict(),
+            study=hide_env(self.study.to_dict()),
             study_id=self.state.study_id or uuid.uuid4().hex[:12],
             pid=os.getpid(),
             resume=bool(events),
@@ -221,7 +235,7 @@ class StudyLoop(TrialLauncher, TrialWatch):
                 self._launch(t)
 
     def _check_resumable(self, saved: dict[str, Any]) -> None:
-        current = self.study.to_dict()
+        saved, current = hide_env(saved), hide_env(self.study.to_dict())
         changed = [k for k in FIXED_ON_RESUME if saved.get(k) != current.get(k)]
         if changed:
             raise InvalidSpec(

@@ -1,4 +1,10 @@
-"""The study folder: its files, the lock that keeps one loop per study, and stop requests."""
+"""The study folder: its files, the lock that keeps one loop per study, and stop requests.
+
+The folder is owner-only (0700) and the files that hold the study are 0600 from their first
+byte: a study's ``env`` may carry API keys. Their values live in ``env.json`` only; the saved
+study and the journal name the variables (``ENV_HIDDEN`` as each value), and a resume reads the
+values back (``fill_env``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from air_skills.errors import AirError, InvalidState
+from air_skills.errors import AirError, InvalidSpec, InvalidState
 from air_skills.runtime.process.proc import alive, own_start
 from autoresearch.spec.safe_read import read_regular
 
@@ -23,6 +29,75 @@ LOOP_LOG = "loop.log"
 REPORT_FILE = "report.md"
 _LOCKS_HELD: dict[str, bool] = {}  # study folders whose lock this process holds
 PLOT_FILE = "objective.png"
+ENV_FILE = "env.json"  # the values of the study's env (owner-only); elsewhere: names only
+ENV_HIDDEN = "(value kept in the study folder's env.json)"
+
+
+def private_dir(path: Path) -> Path:
+    """The study folder, made owner-only (0700); one of ours made by an older version is
+    tightened (another user's is left be: its files are then refused by the loop's checks)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` owner-only (0600) from its first byte: a temp file, then a rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def hide_env(study: dict[str, Any]) -> dict[str, Any]:
+    """The study dict with each env value replaced by ``ENV_HIDDEN`` (the names stay)."""
+    env = study.get("env")
+    if not isinstance(env, dict) or not env:
+        return study
+    return {**study, "env": {name: ENV_HIDDEN for name in env}}
+
+
+def hidden_copy(study: Any) -> Any:
+    """The Study with its env values hidden: what study.yaml and .start.yaml hold."""
+    return study.model_copy(update={"env": hide_env(study.to_dict()).get("env", {})})
+
+
+def save_env(study_dir: Path, env: dict[str, str]) -> None:
+    """Keep the values of the study's env in ``env.json`` (0600); hidden ones are not values."""
+    known = read_env(study_dir)
+    values = {k: known.get(k, v) if v == ENV_HIDDEN else v for k, v in env.items()}
+    write_private(Path(study_dir) / ENV_FILE, json.dumps(values))
+
+
+def read_env(study_dir: Path) -> dict[str, str]:
+    """The values in the folder's ``env.json``; {} when there is none (or it is unreadable)."""
+    values = _read_json(Path(study_dir) / ENV_FILE)
+    if not isinstance(values, dict):
+        return {}
+    return {k: v for k, v in values.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def fill_env(study: Any, study_dir: Path | None) -> Any:
+    """The study with the hidden env values of a saved study read back from ``env.json``."""
+    hidden = [k for k, v in study.env.items() if v == ENV_HIDDEN]
+    if not hidden:
+        return study
+    known = read_env(study_dir) if study_dir is not None else {}
+    lost = [k for k in hidden if k not in known]
+    if lost:
+        raise InvalidSpec(
+            f"the values of env {', '.join(lost)} are not in {ENV_FILE} of study folder"
+            f" {study_dir}: the saved study keeps their names only",
+            hint="give the values again in the study file's env (or restore env.json)",
+            study_dir=str(study_dir),
+        )
+    return study.model_copy(update={"env": {k: known.get(k, v) for k, v in study.env.items()}})
 
 
 class LoopLock:
@@ -35,8 +110,8 @@ class LoopLock:
         self._fd: int | None = None
 
     def __enter__(self) -> LoopLock:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        private_dir(self.dir)
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
