@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills import settings
-from air_skills.errors import InvalidInput
+from air_skills.errors import InvalidInput, InvalidSpec
 from air_skills.runtime.code.snapshot_files import GitInfo, dirty_diff, list_files
 from air_skills.runtime.code.snapshot_store import (
     StatCache,
@@ -158,6 +158,25 @@ def _over_limits(sizes: dict[str, int], max_files: int, max_bytes: int) -> Inval
     )
 
 
+def _refuse_undecodable(root: Path, paths: list[str]) -> None:
+    """A name that is not UTF-8 cannot be stored (the manifest and the stat cache are text):
+    refuse it by name (its bytes escaped), before anything is read."""
+    bad = []
+    for rel in paths:
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            bad.append(ascii(os.fsencode(rel))[2:-1])
+    if bad:
+        raise InvalidSpec(
+            f"the code snapshot of {root} cannot hold {len(bad)} file name(s) that are not"
+            f" UTF-8: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; nothing was launched",
+            hint="rename them (e.g. `mv $'bad\\xff.py' bad.py`), or list them in .airignore"
+            " (gitignore syntax, e.g. `bad*.py`)",
+            files=bad[:20],
+        )
+
+
 def _symlink_target(root: Path, rel: str) -> str:
     """The target of the symlink ``rel`` as a relative path inside the tree, or an error."""
     full = root / rel
@@ -212,6 +231,7 @@ def _take(home: Path, workdir: str | os.PathLike[str], store: bool, view: Path |
     listing = list_files(workdir_path, frozenset({os.path.realpath(home)}))
     root = listing.root
     root_s = str(root)
+    _refuse_undecodable(root, listing.paths)
     skip = _exclusions(root, [home])
     entries: list[tuple[str, os.stat_result]] = []
     for rel in listing.paths:
