@@ -1,1 +1,1 @@
-"""Backends that run jobs: ``local`` (daemonless, this machine) and ``ray`` (a Ray cluster)."""
+"""Backends that run jobs: ``local`` (daemonless, this machine), ``ray`` (a Ray cluster) and ``slurm``."""

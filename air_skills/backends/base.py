@@ -41,7 +41,7 @@ Factory = Callable[["LaunchContext"], Backend]
 _FACTORIES: dict[str, Factory | str] = {
     "local": "air_skills.backends.local:LocalBackend",
     "ray": "air_skills.backends.ray:RayBackend",
-    "slurm": "air_skills.backends.slurm:SlurmBackend",
+    "slurm": "air_skills.backends.slurm.backend:SlurmBackend",
 }
 # What to install for a backend whose module cannot be imported here.
 _EXTRAS: dict[str, str] = {"ray": "pip install 'air-skills[ray]'"}

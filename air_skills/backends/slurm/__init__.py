@@ -1,5 +1,5 @@
-"""The Slurm backend: jobs on a Slurm cluster through sbatch, squeue, scontrol and scancel."""
+"""The Slurm backend: jobs on a Slurm cluster through sbatch, squeue, scontrol and scancel.
 
-from air_skills.backends.slurm.backend import SlurmBackend
-
-__all__ = ["SlurmBackend"]
+``backend.SlurmBackend`` is the backend (registered by name in ``backends/base.py``); this
+package imports nothing at load, so the node-side ``runner`` starts without the toolkit.
+"""

@@ -1,0 +1,96 @@
+"""Submit -> first instruction on Slurm: `air launch --backend slurm` vs a raw `sbatch` of the
+same command, side by side on a throwaway single-node cluster (goal: p50 at most 1.2x raw).
+
+Both run the same job: a bare interpreter whose first statement writes ``time.time()`` to a
+file. The air row is the Python API's launch (a warm process, code: live, no MLflow run), so
+the figure is the backend's own cost (preparing the folder, the runner on the node) beside
+Slurm's scheduling, which both rows pay. Run as root where `make install` added Slurm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import percentile, scratch_home, table, verdict
+from launch_probe import _read_stamp, job_command
+
+GOAL = 1.2
+
+
+def raw_once(tmp: Path, i: int) -> float:
+    import shlex
+    import time
+
+    out = tmp / f"raw-{i}"
+    script = tmp / f"raw-{i}.sh"
+    script.write_text("#!/bin/sh\nexec " + shlex.join(job_command(out)) + "\n")
+    t0 = time.time()
+    subprocess.run(
+        ["sbatch", "--parsable", "--export=NONE", f"--output={tmp / 'raw.out'}", str(script)],
+        check=True,
+        capture_output=True,
+    )
+    return _read_stamp(out, 120) - t0
+
+
+def air_once(client: object, tmp: Path, i: int, returned: list[float] | None = None) -> float:
+    import time
+
+    from air_skills import JobSpec
+
+    out = tmp / f"air-{i}"
+    spec = JobSpec(command=job_command(out), backend="slurm", code="live", track=False)
+    t0 = time.time()
+    client.launch(spec)  # type: ignore[attr-defined]
+    if returned is not None:
+        returned.append(time.time() - t0)
+    return _read_stamp(out, 120) - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10, help="submissions of each kind")
+    args = parser.parse_args(argv)
+    from air_skills.testing.slurm_cluster import LocalSlurmCluster, missing
+
+    why = missing()
+    if why:
+        print(f"skipped: {why}")
+        return 0
+    load = os.getloadavg()[0]
+    with scratch_home(), tempfile.TemporaryDirectory() as tmp_name, LocalSlurmCluster():
+        from air_skills import Client
+
+        tmp = Path(tmp_name)
+        client = Client()
+        air_once(client, tmp, -1)  # warm this process's imports and the home
+        raw, air, returned = [], [], []
+        for i in range(args.n):  # interleaved: both rows see the same machine
+            raw.append(raw_once(tmp, i))
+            air.append(air_once(client, tmp, i, returned))
+    p50_raw, p50_air = percentile(raw, 50), percentile(air, 50)
+    rows = [
+        ["raw sbatch", f"{p50_raw * 1000:.0f}", f"{percentile(raw, 90) * 1000:.0f}", "1.00x"],
+        [
+            "air launch --backend slurm (warm API)",
+            f"{p50_air * 1000:.0f}",
+            f"{percentile(air, 90) * 1000:.0f}",
+            f"{p50_air / p50_raw:.2f}x",
+        ],
+    ]
+    print(
+        f"submit -> first instruction, n={args.n} each, load {load:.1f}, python {sys.version[:4]}"
+    )
+    print(table(["path", "p50 ms", "p90 ms", "vs raw"], rows))
+    print(f"(air's launch() returned after {percentile(returned, 50) * 1000:.0f} ms at p50)")
+    print(f"goal: p50 at most {GOAL}x raw sbatch: {verdict(p50_air / p50_raw, GOAL, False)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
