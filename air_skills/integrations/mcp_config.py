@@ -103,6 +103,26 @@ def claude_code_command(entry: dict[str, Any]) -> str:
     return shlex.join(argv)
 
 
+TOKEN_VARIABLE = "AIR_MCP_TOKEN"
+
+
+def claude_code_http_command(url: str) -> str:
+    """The `claude mcp add` lines for an HTTP server, the token never on a command line
+    (/proc/PID/cmdline is readable by every user): the header names ${AIR_MCP_TOKEN}, which
+    Claude Code expands from its environment when it connects; the export line reads the
+    token file (cat's command line holds the file's path, not the token)."""
+    from air_skills.home import default_home
+
+    argv = ["claude", "mcp", "add", "--transport", "http", SERVER_NAME, url, "--scope", "user"]
+    header = shlex.quote(f"Authorization: Bearer ${{{TOKEN_VARIABLE}}}")  # single-quoted
+    if settings.get(TOKEN_VARIABLE):
+        first = f"# {TOKEN_VARIABLE} must be set where claude runs (it is set here)"
+    else:
+        token_file = shlex.quote(str(default_home() / "mcp-token"))
+        first = f'export {TOKEN_VARIABLE}="$(cat {token_file})"  # in the shell that starts claude'
+    return f"{first}\n{shlex.join(argv)} --header {header}"
+
+
 def mcp_token() -> str:
     """The bearer token of `air-mcp --transport http`: AIR_MCP_TOKEN, else AIR_HOME/mcp-token."""
     from air_skills.home import default_home
@@ -160,9 +180,7 @@ def mcp_config(
         key, entry = client_entry(client_name, server_entry())
     path = client_config_path(client_name)
     if client_name == "claude-code" and http_url:
-        auth = entry["headers"]["Authorization"]
-        argv = ["claude", "mcp", "add", "--transport", "http", SERVER_NAME, http_url]
-        text = shlex.join([*argv, "--scope", "user", "--header", f"Authorization: {auth}"])
+        text = claude_code_http_command(http_url)
     elif client_name == "claude-code":
         text = claude_code_command(entry)
     else:
@@ -252,7 +270,7 @@ def merge_config(path: Path, key: str, entry: dict[str, Any]) -> tuple[str, Path
         created = make_dirs(path.parent)
         if exists:
             backup = _backup_path(path)
-            shutil.copy2(path, backup)
+            _private_copy(path, backup)
         _atomic_write(path, text)
     except OSError as exc:
         if backup is not None:
@@ -277,17 +295,24 @@ def _backup_path(path: Path) -> Path:
     return candidate
 
 
+def _private_copy(src: Path, dest: Path) -> None:
+    """Copy ``src`` to the new file ``dest``, owner-only from its creation (it may hold a
+    token: shutil.copy2 would create it world-readable and fix the mode only after)."""
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(src.read_bytes())
+
+
 def _atomic_write(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file beside it, created owner-only (mkstemp's
+    0600, the final mode: client configs hold tokens), then renamed over it. The mode of the
+    file it replaces is not copied: a 0644 config would show the token for a moment."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        if path.exists():
-            shutil.copymode(path, tmp)
-        else:
-            os.chmod(tmp, 0o600)  # client configs can hold tokens: keep them private
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

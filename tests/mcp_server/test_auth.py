@@ -161,4 +161,5 @@ async def test_mcp_config_writes_the_token_for_an_http_server(
     async with McpClient(streamable_http_client(entry["url"], http_client=http)) as mcp:
         assert "cancel_job" in [t.name for t in (await mcp.list_tools()).tools]
     command = mcp_config("claude-code", http_url=url)["text"]
-    assert "--transport http" in command and f"Authorization: Bearer {token}" in command
+    assert "--transport http" in command and token not in command  # never on argv (issue 30)
+    assert "'Authorization: Bearer ${AIR_MCP_TOKEN}'" in command
