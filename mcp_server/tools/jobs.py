@@ -58,12 +58,12 @@ def launch_job(
         Field(
             min_length=1,
             max_length=1000,
-            description='argv, e.g. ["python", "train.py", "--lr", "3e-4"]; never run by a shell',
+            description='argv, e.g. ["python", "train.py"]; never run by a shell',
         ),
     ],
     name: Annotated[str | None, Field(max_length=200, description="a short name")] = None,
     workdir: Annotated[
-        str | None, Field(max_length=4096, description="folder to run in (default: the server's)")
+        str | None, Field(max_length=4096, description="default: the server's folder")
     ] = None,
     config: Annotated[
         dict[str, Any] | None, Field(description="the job's config, as JSON in $AIR_CONFIG_FILE")
@@ -92,7 +92,7 @@ def launch_job(
         Field(
             min_length=1,
             max_length=200,
-            description="a retry with the same key and spec returns the first job",
+            description="a retry with the same key and spec: the first job",
         ),
     ] = None,
     track: Annotated[bool, Field(description="create an MLflow run")] = True,
@@ -105,13 +105,14 @@ def launch_job(
         Field(max_length=4_000_000, description="a git diff applied to the job's snapshot only"),
     ] = None,
     image: Annotated[
-        str | None, Field(max_length=255, description="container image to run in (podman/docker)")
+        str | None, Field(max_length=255, description="container image (podman/docker)")
     ] = None,
+    sandbox: Literal["auto", "on", "off"] | None = None,  # None: AIR_SANDBOX (auto)
     advanced: Annotated[
         AdvancedLaunch | None, Field(description="data, backend, project, preemptible")
     ] = None,
     dry_run: Annotated[
-        bool, Field(description="check the spec, executable and script; launch nothing")
+        bool, Field(description="check spec, executable, script; launch nothing")
     ] = False,
 ) -> JobReply:
     """Launch a training job (queued; starts when its GPUs are free). dry_run=true first: it
@@ -143,6 +144,7 @@ def launch_job(
         "code": code,
         "patch": patch,
         "image": image,
+        "sandbox": sandbox,
         **extra,
     }
     spec = {k: v for k, v in given.items() if v is not None}
