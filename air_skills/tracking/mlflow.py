@@ -229,9 +229,9 @@ class MlflowTracker:
             return None
 
     def latest(self, run_id: str) -> dict[str, float]:
-        rows = self._sql("SELECT key, value FROM latest_metrics WHERE run_uuid = ?", (run_id,))
+        rows = self._sql(f"SELECT key, {_VALUE} FROM latest_metrics WHERE run_uuid = ?", (run_id,))
         if rows:
-            return {k: float(v) for k, v in rows}
+            return {k: _float(v) for k, v in rows}
         try:
             return dict(self.client.get_run(run_id).data.metrics)
         except TrackingUnavailable:
@@ -272,9 +272,10 @@ class MlflowTracker:
     def metric_history(self, run_id: str, key: str) -> list[tuple[int, float, int]]:
         """Every point of one metric as (step, value, timestamp ms), by step then time."""
         points = self._sql(
-            "SELECT step, value, timestamp FROM metrics WHERE run_uuid = ? AND key = ?",
+            f"SELECT step, {_VALUE}, timestamp FROM metrics WHERE run_uuid = ? AND key = ?",
             (run_id, key),
         ) or [(m.step, m.value, m.timestamp) for m in self.client.get_metric_history(run_id, key)]
+        points = [(s, _float(v), t) for s, v, t in points]
         points.sort(key=lambda p: (p[0], p[2]))
         return points
 
@@ -285,7 +286,7 @@ class MlflowTracker:
             chunk = run_ids[i : i + 500]
             marks = ",".join("?" * len(chunk))
             rows = self._sql(
-                "SELECT run_uuid, step, value, timestamp FROM metrics"
+                f"SELECT run_uuid, step, {_VALUE}, timestamp FROM metrics"
                 f" WHERE key = ? AND run_uuid IN ({marks})",
                 (key, *chunk),
             )
@@ -297,7 +298,7 @@ class MlflowTracker:
                 out[run_id].append((step, value, ts))
         for points in out.values():
             points.sort(key=lambda p: (p[0], p[2]))
-        return {r: [(int(s), float(v)) for s, v, _ in p] for r, p in out.items()}
+        return {r: [(int(s), _float(v)) for s, v, _ in p] for r, p in out.items()}
 
     # --- writes that callers would otherwise reach through ``client`` for ------------------------
 
@@ -367,6 +368,15 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _param_value(value: Any) -> str:
     text = str(value)
     return text if len(text) <= 6000 else text[:5997] + "..."
+
+
+# MLflow stores a NaN as 0.0 with is_nan set (and +-inf as +-float max): read it back as NaN,
+# never as a 0.0 that would look like the best loss there is.
+_VALUE = "CASE WHEN is_nan THEN NULL ELSE value END"
+
+
+def _float(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
 
 
 def _short(exc: BaseException) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,17 @@ class Outcome:
     logged: list[str] | None = None  # set when the run never logged the objective: what it did
     metric_seen: bool = False  # the run logged the objective (even a non-finite value)
     no_curve: bool = False  # step_metric has no history: early stopping cannot judge it
+
+
+NON_FINITE = "non-finite"
+# A value at float max is what an overflowed loss is clamped to (1.7976931348623157e+308):
+# a diverged run, not a result.
+OVERFLOW = sys.float_info.max
+
+
+def usable(value: float | None) -> bool:
+    """Whether an objective value counts: finite and below float max (not overflowed)."""
+    return value is not None and math.isfinite(value) and abs(value) < OVERFLOW
 
 
 def ts(value: Any) -> float | None:
@@ -101,12 +113,12 @@ def trial_outcome(
             )
             return out
         out.metric_seen = True
-        if not math.isfinite(value):
+        if not usable(value):  # diverged: a failed trial, never a value, never best
             fields.update(
                 status=TrialStatus.FAILED.value,
-                failure_kind="user",
-                failure=f"the objective {metric} is {value}",
-                value=value,
+                failure_kind=NON_FINITE,
+                failure=f"{NON_FINITE}: the objective {metric} is {value!r}"
+                + (" (overflow: float max)" if math.isfinite(value) else ""),
             )
         else:
             fields.update(status=TrialStatus.SUCCEEDED.value, value=value)
