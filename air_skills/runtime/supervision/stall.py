@@ -244,7 +244,8 @@ class StallWatch:
     def finish(self, now: float | None = None) -> None:
         """Keep the attempt's longest quiet gap in progress.json (for ``stall: auto``)."""
         now = time.monotonic() if now is None else now
-        gap = max(self.max_gap_s, now - self.last_progress if self._cheap() else 0.0)
+        # The quiet stretch before the end counts too (a final save, an evaluation).
+        gap = max(self.max_gap_s, now - self.last_progress)
         record = {"max_gap_s": round(gap, 3), "ran_s": round(now - self.started, 3)}
         stacks.write_new(self.jdir / PROGRESS, json.dumps(record))
         if self._db is not None:

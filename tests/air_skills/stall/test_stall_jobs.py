@@ -205,3 +205,20 @@ def test_a_busy_gpu_is_progress_until_it_goes_idle(
     [stalled] = [e for e in client.store.events(info.job_id) if e["kind"] == "stalled"]
     started = trace.stat().st_mtime
     assert stalled["ts"] - started >= 8  # never while the GPU was busy
+
+
+def test_time_spent_queued_is_not_silence(client: Client) -> None:
+    """A job queued behind another for longer than its stall timeout starts and succeeds."""
+    ticking = "import time\nfor i in range(12):\n    print(i, flush=True)\n    time.sleep(0.5)\n"
+    holder = client.launch(
+        JobSpec(command=[PY, "-c", ticking], gpus=4, stall_timeout_min=0.03, track=False)
+    )
+    waiter = client.launch(
+        JobSpec(command=[PY, "-c", "print('hi')"], gpus=1, stall_timeout_min=0.03, track=False)
+    )
+    assert client.get(waiter.job_id).status == JobStatus.QUEUED
+    done = client.wait([waiter.job_id], timeout_s=60)[0]
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    held = client.wait([holder.job_id], timeout_s=60)[0]
+    assert held.status == JobStatus.SUCCEEDED, held.message
+    assert (held.ended_at and done.started_at) and done.started_at >= held.ended_at  # it waited
