@@ -1,14 +1,17 @@
 """The trusted evaluator: a study's ``evaluate`` command, run after a trial succeeds, from the
 base snapshot's code (never the trial's), with the trial's ``AIR_CHECKPOINT_DIR``.
 
-Its last ``---`` summary block gives the objective. It runs in the loop's process, in a fresh
-copy of the base code under the study folder, and is killed at ``evaluate.timeout_min``.
+Its last ``---`` summary block gives the objective. It runs as the loop's child, in a fresh
+copy of the base code under the study folder, in its own process group that dies with the loop
+(``evaluator_boot``) and is killed at ``evaluate.timeout_min``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from typing import Any
 
 from air_skills.runtime.results.summary_block import parse_summary
 from autoresearch.code.code_base import CodeBase
+from autoresearch.loop.evaluator_boot import MARKER, boot_command, record
 from autoresearch.loop.trials import trial_command
 from autoresearch.spec.study_schema import Study
 
@@ -31,14 +35,50 @@ class Evaluation:
     seconds: float = 0.0
 
 
+def _run(
+    command: list[str], cwd: Path, env: dict[str, str], scratch: Path, study_dir: Path,
+    timeout_s: float,
+) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+    """The evaluator in its own process group, dying with this process (evaluator_boot),
+    recorded in ``scratch`` while it runs; the whole group is killed at the timeout."""
+    proc = subprocess.Popen(
+        boot_command(command),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    running = record(scratch, proc.pid, study_dir)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        running.unlink(missing_ok=True)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what it left behind in its group
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def evaluate(
-    base: CodeBase, study: Study, job_dir: Path, config: dict[str, Any], scratch: Path
+    base: CodeBase,
+    study: Study,
+    job_dir: Path,
+    config: dict[str, Any],
+    scratch: Path,
+    study_dir: Path | None = None,
 ) -> Evaluation:
     """Run the evaluator on the checkpoints in ``job_dir``; the objective or why not."""
     assert study.evaluate is not None
     import json
     import time
 
+    study_dir = study_dir or scratch.parent
     scratch.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="eval-", dir=scratch))
     started = time.monotonic()
@@ -52,20 +92,16 @@ def evaluate(
             "AIR_CONFIG_FILE": str(cfg),
             "AIR_TRIAL_JOB_DIR": str(job_dir),
         }
+        env[MARKER] = str(study_dir)
         try:
-            done = subprocess.run(
-                trial_command(study.evaluate.command),
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=study.evaluate.timeout_min * 60,
-                check=False,
-            )
+            done = _run(trial_command(study.evaluate.command), cwd, env, scratch, study_dir,
+                        study.evaluate.timeout_min * 60)  # fmt: skip
         except subprocess.TimeoutExpired:
             return Evaluation(problem=f"the evaluator ran past {study.evaluate.timeout_min:g} min")
         except OSError as exc:
             return Evaluation(problem=f"the evaluator could not start: {exc}")
+        if done.returncode == 127 and b"the evaluator could not start" in done.stderr:
+            return Evaluation(problem=done.stderr.decode("utf-8", "replace").strip()[-500:])
         output = (done.stdout + done.stderr).decode("utf-8", "replace")
         metrics, _ = parse_summary(done.stdout.decode("utf-8", "replace"))
         out = Evaluation(metrics, None, output[-OUTPUT_TAIL:], time.monotonic() - started)

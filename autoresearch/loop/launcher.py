@@ -16,6 +16,7 @@ from air_skills.errors import AirError, InvalidSpec
 from autoresearch.code.code_base import CodeBase
 from autoresearch.code.code_check import chain_of
 from autoresearch.journal.journal import StudyState, Trial
+from autoresearch.loop.evaluator_boot import end_stray
 from autoresearch.loop.stall_auto import trial_stall
 from autoresearch.loop.trials import trial_spec
 from autoresearch.spec.study_schema import Study
@@ -31,9 +32,9 @@ class TrialLauncher:
     gpus_per_trial: int
     dir: Path
     code: CodeBase | None = None
-
     undecided: list[int]
     refused = 0  # trials whose code could not be built since the loop last looked
+
     def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -44,6 +45,8 @@ class TrialLauncher:
         """Take the study's base snapshot once (a resume uses the journaled one)."""
         if self.study.code is None:
             return
+        if end_stray(self.dir / ".evaluate"):  # a killed loop's evaluator: its result is lost
+            self.log("ended the evaluator a stopped loop left running; it runs again")
         if self.state.code_base is not None:
             self.code = CodeBase(self._home(), self.state.code_base)
             return

@@ -1,0 +1,87 @@
+"""kill -9 of the loop while its trusted evaluator runs (issue 30): the evaluator dies with it
+(it was left running with PPID 1), what it started is ended by the resume, and the resume
+evaluates the trial once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import yaml
+from ar_helpers import start_loop
+from code_tree import code_study, make_tree
+from helpers import wait_until
+
+from autoresearch.journal.journal import Journal, TrialStatus, replay
+
+# The evaluator notes each start and the pid of a child it leaves in its group, then waits
+# for as long as the gate file exists; then it prints the objective.
+EVALUATE = """\
+import os, subprocess, sys, time
+from pathlib import Path
+
+here = Path(os.environ["EVAL_NOTES"])
+with open(here / "starts", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+(here / f"child-{os.getpid()}").write_text(str(child.pid))
+while (here / "gate").exists():
+    time.sleep(0.05)
+child.kill()
+value = float((Path(os.environ["AIR_CHECKPOINT_DIR"]) / "loss.txt").read_text())
+print("---")
+print(f"loss: {value + 0.5}")
+"""
+
+
+def first_number(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):  # not written yet, or half written
+        return None
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().split(b") ", 1)[1][:1] == b"Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_the_evaluator_dies_with_the_loop_and_resume_evaluates_once(
+    study_home: Path, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "tree")
+    (tree / "evaluate.py").write_text(EVALUATE)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "gate").touch()
+    study = code_study(tree, evaluate=f"{sys.executable} evaluate.py", budget={"trials": 1})
+    study_file, folder = tmp_path / "study.yaml", tmp_path / "study"
+    study_file.write_text(yaml.safe_dump(study))
+    loop = start_loop(study_file, folder, EVAL_NOTES=str(notes))
+    try:
+        first = wait_until(lambda: first_number(notes / "starts"), timeout_s=120)
+        child = wait_until(lambda: first_number(notes / f"child-{first}"), timeout_s=30)
+        os.kill(loop.pid, signal.SIGKILL)
+        loop.wait(timeout=30)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+    wait_until(lambda: gone(first), timeout_s=30)  # the evaluator followed the loop
+    assert not gone(child)  # its own child is still there: the resume must end it
+    (notes / "gate").unlink()
+    resumed = start_loop(study_file, folder, resume=True, EVAL_NOTES=str(notes))
+    assert resumed.wait(timeout=180) == 0, resumed.stderr.read().decode() if resumed.stderr else ""
+    assert gone(child)
+    starts = (notes / "starts").read_text().split()
+    assert len(starts) == 2 and starts[0] == str(first)  # killed once, run once more
+    events = Journal(folder).read()
+    finished = [e for e in events if e["event"] == "finished"]
+    assert len(finished) == 1 and finished[0]["trial"] == 0
+    (t,) = replay(events).ordered()
+    assert t.status == TrialStatus.SUCCEEDED and t.value == 1.5 and t.decision == "baseline"
+    assert not (folder / ".evaluate" / "running.json").exists()
