@@ -94,9 +94,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     best = s.get("best")
     if best:
         diff = ", ".join(f"{k}={v}" for k, v in best["diff"].items()) or "(base config)"
-        table.add_row(
-            "best", f"trial {best['trial']}: {s['objective']['metric']}={best['value']:.5g}  {diff}"
-        )
+        label = best.get("label") or f"{best['value']:.5g}"
+        table.add_row("best", f"trial {best['trial']}: {s['objective']['metric']}={label}  {diff}")
     noise = s["noise"]
     if noise["repeats"]:
         floor = "measuring" if noise["floor"] is None else f"{noise['floor']:.4g}"
@@ -176,7 +175,9 @@ def status(
                 table.add_row(str(r["trial"]), r["status"], value, json.dumps(r["diff"]))
             best = summary["best"]
             table.caption = (
-                f"best: trial {best['trial']} = {best['value']:.5g}" if best else "no best yet"
+                f"best: trial {best['trial']} = {best.get('label') or best['value']}"
+                if best
+                else "no best yet"
             ) + f" · trials {summary['trials']['total']}/{summary['budget']['trials']['limit']}"
             live.update(table)
             if summary["state"] != "running":
@@ -382,7 +383,7 @@ def demo(
         out.print(
             Text.assemble(
                 "\n",
-                (f"best val_loss {best['value']:.4f}", "bold green"),
+                (f"best val_loss {best.get('label') or best['value']}", "bold green"),
                 f" (trial {best['trial']}, {best['diff'] or 'base config'})",
             )
         )

@@ -34,6 +34,7 @@ from autoresearch.loop.mirror import StudyMirror
 from autoresearch.loop.trials import build_request, noise_repeat, trial_command
 from autoresearch.loop.watch import STUDY_ENDING, TrialWatch
 from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
+from autoresearch.report.summary import budget_warning
 from autoresearch.study.folder import (
     LOOP_LOG,
     STOP_FILE,
@@ -203,6 +204,9 @@ class StudyLoop(TrialLauncher, TrialWatch):
             proposer=proposer.name,
             air_home=str(getattr(self.client, "home", "")),
         )
+        for warning in budget_warning(self.study) if not events else []:
+            self.emit("warning", message=warning)  # before the first trial: it can still be fixed
+            self.log(f"warning: {warning}")
         self._start_code()
         self.metric_seen = any(
             self.study.objective.metric in t.metrics for t in self.state.trials.values()

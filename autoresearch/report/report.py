@@ -13,7 +13,7 @@ from air_skills.runtime.supervision.stall import MARK as STALL_MARK
 from autoresearch.journal.journal import Journal, StudyState, Trial, TrialStatus, replay
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
 from autoresearch.report.report_code import code_lines, value_text
-from autoresearch.report.summary import best_fields, best_trial
+from autoresearch.report.summary import best_fields, best_label, best_trial
 from autoresearch.study.folder import PLOT_FILE, REPORT_FILE, loop_alive
 from autoresearch.study.study import Study, parse_study
 
@@ -223,7 +223,7 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
             pct = 100 * (best.value - base_value) / abs(base_value)
             change = f" (baseline {_fmt(base_value)}, {pct:+.1f}%)"
         lines.append(
-            f"Trial {best.number} ({best.source}): **{obj.metric} = {_fmt(state.best_value)}**"
+            f"Trial {best.number} ({best.source}): **{obj.metric} = {best_label(state, best)}**"
             f"{change} · job `{best.job_id}` · MLflow run `{best.run_id}`"
         )
         if best.rationale and best.source not in ("baseline",):

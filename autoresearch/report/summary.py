@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,33 @@ def best_trial(state: StudyState) -> Trial | None:
     return state.trials.get(state.best_trial) if state.best_trial is not None else None
 
 
+def best_label(state: StudyState, best: Trial) -> str:
+    """What the best value is: ``0.42914, mean of 3 runs (trial 0 and its repeats)`` or
+    ``0.43327, trial 1's run``, so that it matches a row the reader can find."""
+    value = state.best_value
+    if value is None:
+        return "no value yet"
+    shown = f"{value:.5g}"
+    if best.value is not None and math.isclose(value, best.value, rel_tol=1e-12):
+        return f"{shown}, trial {best.number}'s run"
+    confirmed = best.confirmed or {}
+    if confirmed.get("mean") is not None and math.isclose(value, confirmed["mean"]):
+        n = confirmed.get("n")
+        return f"{shown}, mean of {n} runs (trial {best.number} and its confirmations)"
+    if best.is_noise:
+        n = len(state.noise_values) or 1
+        return f"{shown}, mean of {n} runs (trial {best.number} and its repeats)"
+    return f"{shown}, trial {best.number} (its run: {best.value!r})"
+
+
 def best_fields(state: StudyState, best: Trial) -> dict[str, Any]:
-    """What every view of the best trial shows: its number, value, diff, job and MLflow run."""
+    """What every view of the best trial shows: its number, value (and what that value is),
+    diff, job and MLflow run."""
     return {
         "trial": best.number,
         "value": state.best_value,
+        "label": best_label(state, best),
+
         "diff": best.diff,
         "job_id": best.job_id,
         "run_id": best.run_id,
@@ -49,6 +72,19 @@ def _trial_brief(t: Any) -> dict[str, Any]:
         "decision": _decision(t),
         "cost_usd": trial_cost(t)["usd"],
     }
+
+
+def budget_warning(study: Study) -> list[str]:
+    """Why the trials budget leaves no search (the baseline and its repeats take it all)."""
+    fixed = 1 + study.noise.repeats  # the baseline and the runs that measure the noise
+    limit = study.budget.trials
+    if limit is None or limit > fixed:
+        return []
+    return [
+        f"budget.trials={limit} holds only the baseline and its {study.noise.repeats}"
+        f" repeat(s): no search trial will run; raise budget.trials above {fixed}"
+        " (or lower noise.repeats)"
+    ]
 
 
 # What a final trial's decision means, for an agent that reads get_study's `recent`.
@@ -138,7 +174,9 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "recent": [_trial_brief(t) for t in [t for t in trials if t.status.is_final()][-5:]],
         "invalid_proposals": state.invalid_proposals,
         "fallbacks": state.fallbacks,
-        "warnings": list(dict.fromkeys(state.warnings + _noise_warning(state)))[-5:],
+        "warnings": list(
+            dict.fromkeys(budget_warning(study) + state.warnings + _noise_warning(state))
+        )[-5:],
         "last_error": state.last_error,
         "report": str(study_dir / REPORT_FILE) if (study_dir / REPORT_FILE).exists() else None,
     }
