@@ -201,7 +201,7 @@ def command_launch(
         if bwrap is None or sandbox.unavailable(env):
             raise sandbox.SandboxUnavailable(sandbox.unavailable(env) or "no bwrap")
         argv = sandbox.wrap(
-            argv,
+            sandbox.resolved(argv, env.get("PATH"), cwd),
             bwrap=bwrap,
             home=home,
             jdir=jdir,

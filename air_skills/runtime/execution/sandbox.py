@@ -70,6 +70,8 @@ def describe(spec: Mapping[str, object]) -> str | None:
     """What a job's record says of its sandbox: ``bwrap``, ``bwrap, no network`` or
     ``none (reason)``; None for a spec from before sandboxes (or another backend's)."""
     mode = spec.get("sandbox")
+    if mode == "on" and spec.get("image"):
+        return "container"  # the engine's: bwrap does not wrap it (metrics still relayed)
     if mode == "on":
         return KIND + ("" if spec.get("network", True) else ", no network")
     if mode == "off":
@@ -127,6 +129,47 @@ def wrap(
     return [*out, "--", *argv]
 
 
+def resolved(argv: list[str], path: str | None, cwd: str | None) -> list[str]:
+    """``argv`` with its program found as Popen would find it, so that a missing or
+    non-executable program is the same FileNotFoundError or PermissionError (127 or 126)
+    sandboxed or not: bwrap itself would only exit 1."""
+    program = argv[0]
+    if "/" in program:
+        full = os.path.join(cwd or os.getcwd(), program)
+        if not os.path.exists(full):
+            raise FileNotFoundError(2, "No such file or directory", program)
+        if os.path.isdir(full) or not os.access(full, os.X_OK):
+            raise PermissionError(13, "Permission denied", program)
+        return argv
+    if shutil.which(program, path=path if path is not None else os.defpath) is None:
+        raise FileNotFoundError(2, "No such file or directory", program)
+    return argv
+
+
 def signal_status(rc: int) -> int:
     """bwrap reports a command killed by signal N as exit 128+N: back to Popen's ``-N``."""
     return -(rc - 128) if 128 < rc <= 128 + 64 else rc
+
+
+def doctor_check() -> dict[str, str]:
+    """`air doctor`'s line: whether jobs run sandboxed here, and what to do if not."""
+    name = "sandbox"
+    mode = settings.get("AIR_SANDBOX")
+    if mode == "off":
+        detail = "off (AIR_SANDBOX=off): jobs run as the user, with the user's whole filesystem"
+        return {"name": name, "status": "warn", "detail": detail, "next": "unset AIR_SANDBOX"}
+    why = unavailable()
+    if why is None:
+        detail = f"{bwrap_path()} works: local jobs run sandboxed (AIR_SANDBOX={mode})"
+        return {"name": name, "status": "ok", "detail": detail, "next": ""}
+    detail = f"none: {why}; " + (
+        "a job asking for one (sandbox: on) is refused"
+        if mode == "on"
+        else "jobs run unsandboxed, each saying so"
+    )
+    return {
+        "name": name,
+        "status": "fail" if mode == "on" else "warn",
+        "detail": detail,
+        "next": "install bubblewrap (apt-get install bubblewrap), or set AIR_BWRAP to it",
+    }

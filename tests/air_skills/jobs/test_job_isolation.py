@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import wait_until
 
 from air_skills import Client, JobSpec, JobStatus
@@ -57,7 +58,10 @@ def test_deleted_queued_job_folder_never_escapes_a_clients_pass(
     assert client.list().items[0].status == JobStatus.FAILED
 
 
-def test_spec_env_cannot_set_reserved_variables(client: Client, tmp_path: Path) -> None:
+def test_spec_env_cannot_set_reserved_variables(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the job writes its environment to tmp_path
     out = tmp_path / "env.json"
     code = f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
     info = client.launch(
@@ -91,7 +95,12 @@ def _escaped_child(pidfile: Path) -> tuple[int, str]:
     return pid, proc.start_time(pid) or ""
 
 
-def test_setsid_child_of_a_finished_job_does_not_survive(client: Client, tmp_path: Path) -> None:
+def test_setsid_child_of_a_finished_job_does_not_survive(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unsandboxed: in the sandbox's pid namespace the pid written would not be the host's,
+    # and the namespace's end kills an escaped child by construction (test_sandbox_attacks).
+    monkeypatch.setenv("AIR_SANDBOX", "off")
     pidfile = tmp_path / "pid"
     script = f"setsid sleep 300 & echo $! > {pidfile}; sleep 0.3; exit 0"
     info = client.launch(spec(["sh", "-c", script], gpus=1))
@@ -105,7 +114,10 @@ def test_setsid_child_of_a_finished_job_does_not_survive(client: Client, tmp_pat
             proc.kill_group(pid)
 
 
-def test_setsid_child_of_a_cancelled_job_does_not_survive(client: Client, tmp_path: Path) -> None:
+def test_setsid_child_of_a_cancelled_job_does_not_survive(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # as above: the pid it writes is the host's
     pidfile = tmp_path / "pid"
     script = f"setsid sleep 300 & echo $! > {pidfile}; sleep 300"
     info = client.launch(spec(["sh", "-c", script], gpus=1))

@@ -41,7 +41,10 @@ def wait_terminal(client: Client, job_id: str, timeout_s: float = 60) -> object:
     return infos[0]
 
 
-def test_forty_jobs_on_four_gpus_never_overlap(client: Client, tmp_path: Path) -> None:
+def test_forty_jobs_on_four_gpus_never_overlap(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the jobs record into tmp_path, outside their folders
     out = tmp_path / "records"
     out.mkdir()
     ids = [
@@ -159,7 +162,8 @@ def test_crash_exit_code(client: Client) -> None:
     assert "code 3" in info.message and "air logs" in info.message
 
 
-def test_retries(client: Client, tmp_path: Path) -> None:
+def test_retries(client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the job counts its tries in tmp_path
     marker = tmp_path / "tries"
     code = (
         f"import pathlib; p = pathlib.Path({str(marker)!r}); n = int(p.read_text())"

@@ -191,7 +191,9 @@ def test_digest_stable_pinned_logged_and_change_during_run_reported(
     # A tracked job that changes its own input: the launch version is the run's dataset input,
     # the change is in its message at exit and logged as a second input.
     code = "import os; open(os.path.join(os.environ['AIR_DATA_DIR'], 'corpus', 'new'), 'w')"
-    third = client.launch(JobSpec(command=[PY, "-c", code], data=corpus))
+    # Its own input is read-only in the sandbox unless it is named writable (issue 25).
+    writable = [str(roots / "corpus")]
+    third = client.launch(JobSpec(command=[PY, "-c", code], data=corpus, writable=writable))
     done = client.wait([third.job_id], timeout_s=120)[0]
     assert done.status == JobStatus.SUCCEEDED, done.message
     assert "data inputs changed during the job: corpus" in done.message
