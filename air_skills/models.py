@@ -437,6 +437,11 @@ class GpuInfo(BaseModel):
     memory_mb: int
     health: Literal["ok", "unhealthy"] = "ok"
     cordoned: bool = False
+    hardware: dict[str, Any] | None = Field(
+        default=None,
+        description="what it ran on: gpu_model, gpu_count, class, driver, cuda, cpu, host,"
+        " backend (air_skills/gpu/hardware.py); None before it starts or off this machine",
+    )
     reason: str | None = None
     job_ids: list[str] = Field(default_factory=list)
     project: str | None = None  # of the job holding it

@@ -158,6 +158,7 @@ class CompareRow(_Reply):
     best: float | None = None
     best_step: int | None = None
     at_step: StepValue | None = None
+    hardware: str | None = None  # set when the jobs ran on different hardware classes
 
 
 class CompareReply(_Reply):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from air_skills.gpu.hardware import read_record
 from air_skills.models import CodeInfo, JobInfo, utc_from_ts
 from air_skills.runtime.execution.sandbox import describe
 from air_skills.runtime.store.records import JobRecord
@@ -39,6 +40,7 @@ def row_to_info(row: JobRecord) -> JobInfo:
         code=CodeInfo.model_validate_json(row.code) if row.code else None,
         **_image(row.spec),
         sandbox=describe(json.loads(row.spec)) if row.backend == "local" else None,
+        hardware=read_record(row.log_path) if row.started_at else None,
     )
 
 

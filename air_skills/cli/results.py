@@ -168,3 +168,6 @@ def compare(
         )
         t.add_row(*map(plain, cells))  # config values and statuses: never markup
     out.print(t)
+    mixed = [f"{row['job_id']}: {row['hardware']}" for row in table if row.get("hardware")]
+    for line in mixed:  # results from different hardware classes do not compare
+        out.print(plain(line))

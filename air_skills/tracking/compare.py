@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from air_skills.errors import InvalidInput, UnknownMetric
+from air_skills.gpu.hardware import hardware_class, not_comparable, read_record
 from air_skills.vocabulary import Direction, best
 
 if TYPE_CHECKING:
@@ -120,6 +121,8 @@ def compare_jobs(
             valid_keys=logged,
         )
     first_command = _command(rows[0])
+    classes = [hardware_class(read_record(r.log_path)) for r in rows]
+    mixed = not_comparable(classes)  # each entry then names its class (and the note)
     table = []
     for row, config in zip(rows, configs, strict=True):
         entry: dict[str, Any] = {
@@ -134,5 +137,7 @@ def compare_jobs(
             entry.update(scores.get(row.job_id, {}))
         elif row.run_id:
             entry["latest"] = latest_by_run.get(row.run_id, {})
+        if mixed:
+            entry["hardware"] = f"{classes[len(table)] or 'unknown'} ({mixed})"
         table.append(entry)
     return table

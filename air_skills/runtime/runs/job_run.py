@@ -196,8 +196,25 @@ class RunWork:
             pass
         finally:
             self.ready.set()
+        record_hardware(self.home, self.row, tracker)
         if tracker is not None:
             keep_spares(self.home, tracker)
+
+
+def record_hardware(home: Path, row: JobRecord, tracker: Any) -> None:
+    """What the job runs on, in its folder (JobInfo.hardware) and as ``air.hardware.*`` tags."""
+    from air_skills.gpu.hardware import describe, mlflow_tags, write_record
+
+    try:
+        info = describe(row.gpu_list(), row.backend)
+        write_record(job_dir(home, row.job_id), info)
+        if tracker is not None and row.run_id:
+            from mlflow.entities import RunTag
+
+            tags = [RunTag(k, v) for k, v in mlflow_tags(info).items()]
+            tracker.client.log_batch(row.run_id, tags=tags)
+    except Exception:  # a record less: the job itself is not affected
+        pass
 
 
 def keep_spares(home: Path, tracker: Any) -> None:
