@@ -6,6 +6,10 @@ candidate with ``noise.confirm: always``) is re-run ``noise.confirm_seeds`` time
 seeds of the baseline's noise repeats (so the baseline's runs pair with them). It is kept
 only if its re-runs' mean, paired with the best's runs of the same seeds, still beats the best
 by the floor. The screening run is left out of that mean: it was picked for being good.
+
+Runs with different seeds that give the identical value, where the baseline's runs vary with
+the seed, mean the candidate does not use the seed (a patch that fixed a lucky one): it is
+never kept on that evidence; its decision is ``seed-ignored``, with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from autoresearch.journal.journal import StudyState, Trial, TrialStatus
 from autoresearch.spec.study_schema import Study
 
 MISSING = object()
+SEED_IGNORED = "seed-ignored"  # the decision of a candidate whose result ignores the seed
+SAME_REL = 1e-12  # values this close (relative) are one value: seeds changed nothing
 
 
 def needed(t: Trial, study: Study, state: StudyState) -> bool:
@@ -89,6 +95,7 @@ def verdict(t: Trial, study: Study, state: StudyState) -> tuple[str, dict[str, A
     else:
         mean_c, mean_b = statistics.fmean(cand.values()), float(state.best_value or 0.0)
     keep = better(mean_c, mean_b, direction) and abs(mean_c - mean_b) > floor
+    ignored = _seed_ignored(list(cand.values()), list(best.values()), floor)
     stats = {
         "mean": statistics.fmean(values),
         "std": statistics.stdev(values) if len(values) > 1 else 0.0,
@@ -97,4 +104,25 @@ def verdict(t: Trial, study: Study, state: StudyState) -> tuple[str, dict[str, A
         "best_mean": mean_b,
         "failed_runs": sum(1 for c in extra if c.status != TrialStatus.SUCCEEDED),
     }
+    if ignored:
+        key = study.noise.seed_key
+        stats["reason"] = (
+            f"{SEED_IGNORED}: its {len(cand)} confirmation runs with different {key}s all gave"
+            f" {cand[next(iter(cand))]!r}, while the baseline's runs vary with the {key}: the"
+            f" trial does not use the {key} (a fixed one?), so its result is not evidence"
+        )
+        return SEED_IGNORED, stats
     return ("keep" if keep else "discard"), stats
+
+
+def _same(values: list[float]) -> bool:
+    lo, hi = min(values), max(values)
+    return hi - lo <= SAME_REL * max(abs(lo), abs(hi), 1e-300)
+
+
+def _seed_ignored(cand: list[float], best: list[float], floor: float) -> bool:
+    """Two or more seeds, one value, where the baseline's seeds do change the value (a floor
+    above 0, or the best's runs differ): the seed did not reach the result."""
+    if len(cand) < 2 or not _same(cand):
+        return False
+    return floor > 0 or (len(best) > 1 and not _same(best))

@@ -309,6 +309,8 @@ class TrialWatch:
         if found is None:
             return None
         verdict, stats = found
+        if verdict == confirm.SEED_IGNORED:  # a fixed seed: said, never kept
+            self.emit("warning", message=f"trial {t.number} not kept: {stats['reason']}")
         best = (t.number, stats["mean"]) if verdict == "keep" else None
         return decisions.Decision(t.number, verdict, best=best, confirmed=stats)
 

@@ -93,6 +93,8 @@ DECISIONS = {
     "discard": "discard: within the noise floor of the best, or worse",
     "baseline": "baseline: the reference the others are judged against",
     "noise": "noise: a repeat of the baseline that measures the noise floor",
+    "seed-ignored": "seed-ignored: its runs with different seeds gave the identical value, so"
+    " the trial does not use the seed (a fixed one?): never kept on that evidence",
 }
 
 
