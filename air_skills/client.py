@@ -30,6 +30,8 @@ from air_skills.runtime.supervision.stall import say_stalled, stalls_since
 from air_skills.vocabulary import Direction
 
 RANK_POOL = 1000  # list(order_by=...) ranks the newest this many jobs
+# A job id's prefix (git-style): job-1de7, or the hex alone from 4 characters.
+ID_PREFIX_RE = re.compile(r"^(job-[0-9a-f]{1,10}|[0-9a-f]{4,10})$")
 # A cancelled job is ended by its supervisor: SIGTERM, AIR_GRACE_S, then its record, written
 # after the MLflow run's end (it waits up to 60 s for MLflow's import: slow on a loaded machine).
 # A cancel waits that long for the end; on a quiet machine it comes in well under a second.
@@ -134,6 +136,7 @@ class Client:
         from air_skills.runtime.code.code_source import load_job_code, rerun_snapshot, rerun_spec
         from air_skills.runtime.code.job_code import pinned_snapshot
 
+        job_id = self.resolve_id(job_id)
         row = self._row(job_id)
         snapshot = rerun_snapshot(load_job_code(self.home, job_id, row.code))
         spec = rerun_spec(self.home, job_id, row.spec_dict(), config, patch)
@@ -213,7 +216,7 @@ class Client:
             self.backend(name).reconcile()
 
     def _row(self, job_id: str) -> JobRecord:
-        row = self.store.row(check_job_id(job_id))
+        row = self.store.row(self.resolve_id(job_id))
         if row is None:
             raise NotFound(
                 f"no job {job_id!r}",
@@ -222,8 +225,41 @@ class Client:
             )
         return row
 
+    def resolve_id(self, job_id: str) -> str:
+        """The job id ``job_id`` names: itself, or the one job whose id starts with it
+        (``job-1de7`` or ``1de7``, as git takes a commit's prefix); an ambiguous prefix is
+        refused, listing the matches."""
+        if not isinstance(job_id, str) or not ID_PREFIX_RE.match(job_id.lower()):
+            return check_job_id(job_id)
+        prefix = job_id.lower() if job_id.lower().startswith("job-") else f"job-{job_id.lower()}"
+        if len(prefix) == len("job-") + 10:
+            return check_job_id(prefix)
+        found = self.store.read(
+            "SELECT job_id FROM jobs WHERE substr(job_id, 1, ?) = ? ORDER BY created_at DESC"
+            " LIMIT 11",
+            (len(prefix), prefix),
+        )
+        ids = [r[0] for r in found]
+        if len(ids) == 1:
+            return str(ids[0])
+        if not ids:
+            raise NotFound(
+                f"no job whose id starts with {job_id!r}",
+                hint="list jobs with `air ls` (MCP: list_jobs)",
+                job_id=job_id,
+            )
+        shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
+        raise InvalidInput(
+            f"{job_id!r} is the start of {'more than 10' if len(ids) > 10 else len(ids)} job"
+            f" ids: {shown}",
+            code="ambiguous-id",
+            hint="give more characters of the id (`air ls` lists them)",
+            job_id=job_id,
+            valid_keys=ids[:10],
+        )
+
     def get(self, job_id: str) -> JobInfo:
-        check_job_id(job_id)
+        job_id = self.resolve_id(job_id)
         self.reconcile()
         return row_to_info(self._row(job_id))
 
@@ -310,6 +346,7 @@ class Client:
 
     def logs(self, job_id: str, tail: int | None = 100, offset: int | None = None) -> LogChunk:
         """The last ``tail`` lines, or (with ``offset``) the bytes from that offset on."""
+        job_id = self.resolve_id(job_id)
         row = self._row(job_id)
         self.backend(row.backend).logs(row)  # Ray holds the output: bring the file up to date
         try:
@@ -325,6 +362,7 @@ class Client:
         history: bool = False,
         max_points: int = 200,
     ) -> Metrics:
+        job_id = self.resolve_id(job_id)
         row = self._row(job_id)
         run_id = row.run_id
         if not run_id:
@@ -373,6 +411,7 @@ class Client:
         since = time.time()
         if not ids:
             raise InvalidInput("no job ids to wait for", hint="pass one or more job ids")
+        ids = list(dict.fromkeys(self.resolve_id(j) for j in ids))
         for job_id in ids:
             self._row(job_id)
         infos: list[JobInfo] = []

@@ -161,6 +161,21 @@ class DataInput(_Strict):
         return refuse_nul(value, "a data path") or value
 
 
+def _spec_hint(exc: ValidationError, fields: list[str]) -> dict[str, Any]:
+    """What to do about a spec's problems: a bad choice names only that field's choices; the
+    valid fields are listed only when a field is unknown."""
+    errors = exc.errors()
+    choices = [
+        f"{'.'.join(map(str, e['loc']))} takes {e['ctx']['expected']}"
+        for e in errors
+        if e.get("type") == "literal_error" and "expected" in (e.get("ctx") or {})
+    ]
+    hint = "fix the fields listed" + (": " + "; ".join(choices) if choices else "")
+    if any(e.get("type") == "extra_forbidden" for e in errors):
+        return {"hint": hint + "; valid fields: " + ", ".join(fields), "valid_keys": fields}
+    return {"hint": hint}
+
+
 class JobSpec(_Strict):
     """What to run and what it needs. Build with ``JobSpec.parse(dict)`` for AIR errors."""
 
@@ -361,8 +376,7 @@ class JobSpec(_Strict):
             raise InvalidSpec(
                 "invalid job spec:",
                 problems=pydantic_problems(exc, cls.model_fields),
-                hint="fix the fields listed; valid fields: " + ", ".join(cls.model_fields),
-                valid_keys=list(cls.model_fields),
+                **_spec_hint(exc, list(cls.model_fields)),
             ) from None
 
     @classmethod

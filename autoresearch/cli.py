@@ -27,6 +27,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: no `<bool>` after flags
 )
 # Markup off: trial names, diffs, error lines and paths come from jobs and users, and
 # `[/data/shard-0]` must print as it is, not end (or crash) a rich style. Styles are Text.
@@ -391,7 +392,10 @@ def demo(
 
 
 def main() -> None:
-    app()
+    """`autoresearch`: --version, usage errors in the requested format, exit codes."""
+    from air_skills.cli.usage import run_app
+
+    run_app(app, "autoresearch")
 
 
 if __name__ == "__main__":

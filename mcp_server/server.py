@@ -67,6 +67,9 @@ LAUNCH = ToolAnnotations(
 CANCEL = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
+EXPORT = ToolAnnotations(  # a new branch at most: never a change to a branch or the tree
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
 STUDY_WRITE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
 )
@@ -143,6 +146,7 @@ def build_server(client: Client | None = None) -> AirMCPServer:
         wait_tool(client, READ_ONLY),
         plain_tool(tools.cancel_job, client, CANCEL, "Cancel a job"),
         plain_tool(tools.list_gpus, client, READ_ONLY, "List GPUs"),
+        plain_tool(tools.export_code, client, EXPORT, "Export code"),
         plain_tool(tools.start_study, client, STUDY_WRITE, "Start a study"),
         plain_tool(tools.get_study, client, STUDY_READ, "Get a study"),
         study_wait_tool(client, STUDY_READ),
@@ -263,6 +267,9 @@ def _parser() -> argparse.ArgumentParser:
         " generated in AIR_HOME/mcp-token (owner-only); without AIR_MCP_TOKEN the server only"
         " listens on loopback. State is in AIR_HOME, as for `air`.",
     )
+    from air_skills.cli.usage import version
+
+    p.add_argument("--version", action="version", version=f"air-mcp {version()}")
     p.add_argument(
         "--transport",
         choices=["stdio", "http"],

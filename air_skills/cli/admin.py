@@ -18,7 +18,7 @@ skills_app = typer.Typer(
 @handle_errors
 def quota_set(
     project: str = typer.Argument(...),
-    gpus_: int = typer.Option(..., "--gpus"),
+    gpus_: int = typer.Option(..., "--gpus", help="GPUs the project is guaranteed"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Give PROJECT a GPU quota (it may borrow idle GPUs beyond it)."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 import typer
 
 from air_skills.cli import admin, code, gpus, images, jobs, results
+from air_skills.cli.usage import run_app
 
 app = typer.Typer(
     help="AIR Skills: launch, watch and cancel ML jobs on GPUs.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: no `<bool>` after flags, no rich import for it
 )
 app.add_typer(admin.quota_app, name="quota")
 app.add_typer(admin.skills_app, name="skills")
@@ -42,7 +44,8 @@ app.add_typer(code.code_app, name="code")
 
 
 def main() -> None:
-    app()
+    """`air`: --version, usage errors in the requested format (cli/usage.py), exit codes."""
+    run_app(app, "air")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def gpus(as_json: bool = JsonOpt) -> None:
 @handle_errors
 def cordon(
     gpu: int = typer.Argument(...),
-    reason: str = typer.Option(..., "--reason"),
+    reason: str = typer.Option(..., "--reason", help="why, shown by `air gpus`"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Keep a GPU out of the pool."""

@@ -176,10 +176,14 @@ def launch(
 
 @handle_errors
 def ls(
-    status: Optional[str] = typer.Option(None, "--status"),
-    experiment: Optional[str] = typer.Option(None, "--experiment"),
-    project: Optional[str] = typer.Option(None, "--project"),
-    limit: int = typer.Option(50, "--limit"),
+    status: Optional[str] = typer.Option(
+        None, "--status", help="only jobs in this state (QUEUED, RUNNING, SUCCEEDED, ...)"
+    ),
+    experiment: Optional[str] = typer.Option(
+        None, "--experiment", help="only jobs of this MLflow experiment"
+    ),
+    project: Optional[str] = typer.Option(None, "--project", help="only jobs of this project"),
+    limit: int = typer.Option(50, "--limit", help="the most jobs to list (1-1000)"),
     as_json: bool = JsonOpt,
 ) -> None:
     """List jobs, newest first."""
@@ -261,7 +265,7 @@ def wait(
 def cancel(
     jobs: Optional[list[str]] = typer.Argument(None),
     all_: bool = typer.Option(False, "--all", help="cancel every queued and running job"),
-    reason: Optional[str] = typer.Option(None, "--reason"),
+    reason: Optional[str] = typer.Option(None, "--reason", help="why, kept in the job's message"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Cancel jobs (SIGTERM, then SIGKILL after a grace period)."""
@@ -281,7 +285,7 @@ def cancel(
 
 @handle_errors
 def ui(
-    port: int = typer.Option(5000, "--port"),
+    port: int = typer.Option(5000, "--port", help="the port on 127.0.0.1"),
     as_json: bool = JsonOpt,
 ) -> None:
     """Serve the MLflow UI on the default store, on 127.0.0.1."""

@@ -100,6 +100,27 @@ def handle_errors(fn: Callable[..., Any], *, check_settings: bool = True) -> Cal
     return wrapper
 
 
+@contextmanager
+def still_running_on_interrupt(job_ids: list[str]) -> Iterator[None]:
+    """Ctrl-C in a follow or a wait stops this command, not the jobs: say so, and how to
+    cancel them, then exit 130 (as `docker logs -f` and `kubectl logs -f` do)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        ids = " ".join(job_ids)
+        one = len(job_ids) == 1
+        err.print(
+            f"\nstopped watching: {ids} {'is' if one else 'are'} not cancelled and still"
+            f" {'runs' if one else 'run'} (or {'waits' if one else 'wait'} to start)."
+            f" Next: `air cancel {ids}` to stop {'it' if one else 'them'},"
+            f" `air status {job_ids[0]}` to look again",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(130) from None
+
+
 FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 NEARLY_FULL_BYTES = 1 << 20  # SQLite reports a full disk as a bare "disk I/O error"
 

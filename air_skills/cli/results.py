@@ -23,6 +23,7 @@ from air_skills.cli.output import (
     plain,
     say,
     sparkline,
+    still_running_on_interrupt,
 )
 from air_skills.runtime.execution.gang import filter_rank
 
@@ -30,8 +31,10 @@ from air_skills.runtime.execution.gang import filter_rank
 @handle_errors
 def logs(
     job: str = typer.Argument(...),
-    tail: int = typer.Option(100, "--tail"),
-    follow: bool = typer.Option(False, "--follow", "-f"),
+    tail: int = typer.Option(100, "--tail", help="the last N lines (0: all)"),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="stream new output until the job ends (Ctrl-C: stop)"
+    ),
     rank: Optional[int] = typer.Option(None, "--rank", help="only this rank's lines (a gang)"),
     grep: Optional[str] = typer.Option(
         None, "--grep", help="only lines matching this RE2 regular expression (LINE:text)"
@@ -85,7 +88,13 @@ def print_matches(job: str, pattern: str, last_match: bool, most: int, as_json: 
 def follow_log(
     c: Any, job_id: str, as_json: bool, offset: int = 0, rank: Optional[int] = None
 ) -> None:
-    """Print the job's output as it comes until the job ends, then its status (line or JSON)."""
+    """Print the job's output as it comes until the job ends, then its status (line or JSON);
+    Ctrl-C stops the following, not the job (and says so)."""
+    with still_running_on_interrupt([job_id]):
+        _follow(c, job_id, as_json, offset, rank)
+
+
+def _follow(c: Any, job_id: str, as_json: bool, offset: int, rank: Optional[int]) -> None:
     delay = 0.05
     partial = ""  # with --rank: a line not yet ended, filtered once it is
 
@@ -122,7 +131,9 @@ def follow_log(
 def metrics(
     job: str = typer.Argument(...),
     history: list[str] = typer.Option([], "--history", help="metric key(s) to show over steps"),
-    max_points: int = typer.Option(200, "--max-points"),
+    max_points: int = typer.Option(
+        200, "--max-points", help="points of a --history curve at most (downsampled)"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Latest MLflow metrics of a job; --history KEY for their curve."""
@@ -142,10 +153,23 @@ def metrics(
         say(out, sparkline([p[1] for p in points]) + f"  {points[0][1]:.4g} → {points[-1][1]:.4g}")
 
 
+def _values(latest: object) -> str:
+    """A metric value, or (without --metric) each metric as ``key=value`` on its own line."""
+    if isinstance(latest, dict):
+        return "\n".join(f"{k}={_number(v)}" for k, v in sorted(latest.items())) or "-"
+    return _number(latest) if latest is not None else "-"
+
+
+def _number(value: object) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
 @handle_errors
 def compare(
     jobs: list[str] = typer.Argument(...),
-    metric: Optional[str] = typer.Option(None, "--metric"),
+    metric: Optional[str] = typer.Option(
+        None, "--metric", help="the metric to rank by (default: every metric, latest values)"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compare jobs: config diff against the first, latest and best of a metric."""
@@ -155,14 +179,14 @@ def compare(
         return
     t = Table()
     for col in ("job", "status", "diff vs first", "latest", "best", "step"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col in ("job", "status"))
     for row in table:
         latest = row.get("latest")
         cells = (
             row["job_id"],
             row["status"],
             json.dumps(row["diff"]) if row["diff"] else "-",
-            f"{latest:.6g}" if isinstance(latest, float) else str(latest or "-"),
+            _values(latest),
             f"{row['best']:.6g}" if "best" in row else "-",
             str(row.get("step", "-")),
         )

@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from air_skills.errors import InvalidSpec
+from autoresearch.spec.key_hints import suggest
 from autoresearch.spec.safe_read import read_study_yaml
 from autoresearch.spec.study_schema import (
     PARAM_TYPES,
@@ -63,6 +64,7 @@ def _problems(exc: ValidationError) -> list[str]:
         where = ".".join(loc)
         kind = err.get("type", "")
         msg = err.get("msg", "invalid")
+        close = suggest(Study, loc) if kind == "extra_forbidden" else None
         if kind == "extra_forbidden":
             msg = "unknown key"
         elif kind == "missing":
@@ -89,6 +91,8 @@ def _problems(exc: ValidationError) -> list[str]:
             msg += f" (got the text {err['input']!r})"
         for part in msg.split("\n"):
             out.append(f"{where}: {part}" if where else part)
+        if close:  # its own line, as for a job spec's fields (errors.pydantic_problems)
+            out.append(f"did you mean {close}?")
     return out
 
 

@@ -28,7 +28,8 @@ class CodeOps:
 
     def job_code(self, job_id: str) -> JobCode:
         """The job's code as launched (manifest + patch) from the store."""
-        return load_job_code(self.home, job_id, self._row(job_id).code)
+        row = self._row(job_id)  # a prefix resolved (Client.resolve_id)
+        return load_job_code(self.home, row.job_id, row.code)
 
     def diff(self, job_a: str, job_b: str) -> dict[str, Any]:
         """Config diff and code diff (files with +/- counts, then the unified diff)."""
