@@ -119,7 +119,9 @@ def test_a_home_keeps_its_identity_across_a_lost_db(air_home: Path) -> None:
     assert len(ident) == 32 and (air_home / "home_id").stat().st_mode & 0o077 == 0
     for suffix in ("", "-wal", "-shm"):
         Path(f"{air_home / 'air.db'}{suffix}").unlink(missing_ok=True)
-    done = json.loads(air("doctor", "--rebuild", "--json", home=air_home).stdout)
+    refused = air("ls", home=air_home)  # the store error names the recovery command...
+    assert refused.returncode == 1 and "air doctor --rebuild" in refused.stderr, refused.stderr
+    done = json.loads(air("doctor", "--rebuild", "--json", home=air_home).stdout)  # ...which exists
     assert len(done["rebuilt"]) == 1 and done["moved_aside"] is None
     with sqlite3.connect(air_home / "air.db") as db:
         (value,) = db.execute("SELECT value FROM settings WHERE key='home_id'").fetchone()
