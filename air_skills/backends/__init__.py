@@ -1,1 +1,1 @@
-"""Backends that run jobs: ``local`` (daemonless, this machine), ``ray`` (a Ray cluster) and ``slurm``."""
+"""Backends that run jobs: ``local`` (this machine), ``ray`` (a Ray cluster), ``slurm``."""
