@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
 from autoresearch.report.cost import study_cost, trial_cost
+from autoresearch.report.hardware import hardware_note
 from autoresearch.study.folder import REPORT_FILE, loop_alive
 from autoresearch.study.study import Study
 
@@ -108,6 +109,12 @@ def _decision(t: Any) -> str | None:
         return t.status.value.lower() + (f": {t.failure}" if t.failure else "")
     return None
 
+def _hw(trials: list[Trial]) -> list[str]:
+    """The study's finished trials ran on different hardware classes: say so."""
+    note = hardware_note(trials)
+    return [f"{note}: values from different hardware are compared"] if note else []
+
+
 
 def _noise_warning(state: StudyState) -> list[str]:
     n = len(state.noise_values)
@@ -177,7 +184,9 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "invalid_proposals": state.invalid_proposals,
         "fallbacks": state.fallbacks,
         "warnings": list(
-            dict.fromkeys(budget_warning(study) + state.warnings + _noise_warning(state))
+            dict.fromkeys(
+                budget_warning(study) + state.warnings + _noise_warning(state) + _hw(trials)
+            )
         )[-5:],
         "last_error": state.last_error,
         "report": str(study_dir / REPORT_FILE) if (study_dir / REPORT_FILE).exists() else None,

@@ -19,6 +19,7 @@ from air_skills.errors import AirError
 from autoresearch.code.code_check import chain_of
 from autoresearch.journal.journal import JOURNAL, StudyState, Trial, TrialStatus
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
+from autoresearch.report.hardware import hardware_note, trial_class
 from autoresearch.report.report import best_so_far, load_state
 from autoresearch.report.summary import _decision, summarize
 from autoresearch.study.folder import loop_alive
@@ -48,12 +49,6 @@ def default_roots() -> list[Path]:
     from air_skills.home import default_home
 
     return [Path.cwd() / STUDIES_DIR, default_home() / STUDIES_DIR]
-
-
-def _hardware(t: Trial) -> str:
-    if t.gpu_type:
-        return f"{t.gpus} x {t.gpu_type}" if t.gpus > 1 else t.gpu_type
-    return "CPU" if t.job_id else ""
 
 
 def _duration_s(t: Trial, now: float) -> float | None:
@@ -95,7 +90,7 @@ def trial_row(
         "usd": cost["usd"],
         "gpu_hours": cost["gpu_hours"],
         "llm_usd": cost["llm_usd"],
-        "hardware": _hardware(t),
+        "hardware": trial_class(t),
         "job_id": t.job_id,
         "run_id": t.run_id,
         "mlflow": link,
@@ -106,12 +101,6 @@ def trial_row(
         "failure": t.failure,
         "steps": t.steps,
     }
-
-
-def hardware_note(trials: list[Trial]) -> str | None:
-    """'not comparable: A vs B' when finished trials ran on different hardware classes."""
-    kinds = sorted({_hardware(t) for t in trials if t.status == TrialStatus.SUCCEEDED} - {""})
-    return f"not comparable: {' vs '.join(kinds)}" if len(kinds) > 1 else None
 
 
 @dataclass

@@ -45,9 +45,11 @@ def write_journal(
     code_every: int = 10,
     stopped: bool = True,
     seed: int = 0,
+    other_gpu_from: int | None = None,
 ) -> Path:
     """Write ``folder``/journal.jsonl: ``trials`` finished trials on an H100; every
-    ``code_every``-th one (from trial 3) a code trial with a patch. Returns the folder."""
+    ``code_every``-th one (from trial 3) a code trial with a patch; from trial
+    ``other_gpu_from`` on, on an A10G. Returns the folder."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.time() - trials * 60
@@ -103,7 +105,9 @@ def write_journal(
                 "run_id": f"run{n:05d}",
                 "attempt": 1,
                 "gpus": 1,
-                "gpu_type": "NVIDIA H100 80GB HBM3",
+                "gpu_type": "NVIDIA A10G"
+                if other_gpu_from is not None and n >= other_gpu_from
+                else "NVIDIA H100 80GB HBM3",
             }
         )
         ev.append({"event": "job_started", "ts": ts + 2, "trial": n, "started_at": ts + 2})
