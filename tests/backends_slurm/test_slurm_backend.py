@@ -211,3 +211,24 @@ def test_air_doctor_reports_the_cluster(slurm_client) -> None:
     (check,) = [c for c in report["checks"] if c["name"] == "slurm"]
     assert check["status"] == "ok", check
     assert "sinfo answers: 1 node(s)" in check["detail"]
+
+
+GANG = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print(f"rank {dist.get_rank()}/{os.environ['WORLD_SIZE']} sum {t.item()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_two_process_gang_runs_inside_one_allocation(slurm_client, tmp_path) -> None:
+    pytest.importorskip("torch")
+    spec = JobSpec(command=[PY, "-c", GANG], procs=2, cpus=2, track=False, backend="slurm")
+    info = slurm_client.launch(spec)
+    done = _done(slurm_client, info.job_id, timeout_s=240)
+    log = slurm_client.logs(info.job_id, tail=100).text
+    assert done.status == JobStatus.SUCCEEDED, (done.message, log)
+    assert "[rank0]: rank 0/2 sum 3.0" in log and "[rank1]: rank 1/2 sum 3.0" in log
