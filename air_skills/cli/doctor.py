@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from air_skills.gpu.doctor import doctor_report
 from air_skills.gpu.providers import provider
+from air_skills.runtime.code import quarantine
 from air_skills.runtime.containers import engine_check
 from air_skills.runtime.execution import sandbox
 from air_skills.runtime.launch.orphans import sweep_orphans
@@ -38,6 +39,7 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
     report = _with_check(report, records_check(client.store))
     report = _with_check(report, engine_check.doctor_check(client.home))
     report = _with_check(report, sandbox.doctor_check())
+    report = _with_check(report, quarantine.doctor_check(client.home))
     from air_skills.backends.slurm.doctor import doctor_check as slurm_check
 
     return _with_check(report, slurm_check(client.home, client.store.setting("backend")))

@@ -9,6 +9,7 @@ copy of the base code under the study folder, in its own process group that dies
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ from typing import Any
 from air_skills.runtime.results.summary_block import parse_summary
 from autoresearch.code.code_base import CodeBase
 from autoresearch.loop.evaluator_boot import MARKER, boot_command, record
-from autoresearch.loop.trials import trial_command
+from autoresearch.loop.trials import study_sandbox, trial_command
 from autoresearch.spec.study_schema import Study
 
 OUTPUT_TAIL = 4000
@@ -33,6 +34,7 @@ class Evaluation:
     problem: str | None = None  # why no objective came out
     output: str = ""
     seconds: float = 0.0
+    tampered: list[str] = field(default_factory=list)  # protected files whose blob was bad
 
 
 def _run(
@@ -65,6 +67,44 @@ def _run(
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def _corrupt_protected(base: CodeBase, view: Path) -> list[str]:
+    """Protected files whose materialised bytes do not hash to their content address; each
+    one's blob is quarantined (air_skills/runtime/code/quarantine.py)."""
+    from air_skills.runtime.code.quarantine import quarantine
+
+    bad = []
+    for path, sha in sorted(base.protected.items()):
+        try:
+            with open(view / path, "rb") as f:
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError:
+            digest = None
+        if digest != sha:
+            bad.append(path)
+            quarantine(base.home, sha)
+    return bad
+
+
+def _sandboxed(study: Study, command: list[str], job_dir: Path, work: Path, cwd: Path) -> list[str]:
+    """The evaluator in a sandbox of its own (unless the study turned sandboxes off): the
+    trial's folder read-only, only its scratch folder writable, AIR_HOME hidden."""
+    from air_skills.runtime.execution import sandbox
+
+    if study_sandbox(study) == "off" or sandbox.unavailable() is not None:
+        return command
+    bwrap = sandbox.bwrap_path()
+    assert bwrap is not None
+    return sandbox.wrap(  # _run boots it: bwrap dies with the loop, its child with it
+        command,
+        bwrap=bwrap,
+        home=job_dir.parent.parent,
+        jdir=work,
+        cwd=str(cwd),
+        readonly=[str(job_dir)],
+        die_with_parent=True,
+    )
+
+
 def evaluate(
     base: CodeBase,
     study: Study,
@@ -84,6 +124,14 @@ def evaluate(
     started = time.monotonic()
     try:
         cwd = base.build_base_view(work / "code")
+        corrupt = _corrupt_protected(base, work / "code")
+        if corrupt:  # the store's copy was rewritten: never run it
+            return Evaluation(
+                problem="tampered: the store's copy of protected "
+                + ", ".join(corrupt)
+                + " does not hash to its content address (blob quarantined; see air doctor)",
+                tampered=corrupt,
+            )
         cfg = work / "config.json"
         cfg.write_text(json.dumps(config))
         env = {
@@ -94,7 +142,8 @@ def evaluate(
         }
         env[MARKER] = str(study_dir)
         try:
-            done = _run(trial_command(study.evaluate.command), cwd, env, scratch, study_dir,
+            command = _sandboxed(study, trial_command(study.evaluate.command), job_dir, work, cwd)
+            done = _run(command, cwd, env, scratch, study_dir,
                         study.evaluate.timeout_min * 60)  # fmt: skip
         except subprocess.TimeoutExpired:
             return Evaluation(problem=f"the evaluator ran past {study.evaluate.timeout_min:g} min")

@@ -47,6 +47,13 @@ class TrialLauncher:
             return
         if end_stray(self.dir / ".evaluate"):  # a killed loop's evaluator: its result is lost
             self.log("ended the evaluator a stopped loop left running; it runs again")
+        if self.study.sandbox == "off":  # written in the study: said in its journal and report
+            note = (
+                "sandbox: off (written in the study): trials run unsandboxed, with the user's"
+                " files, the code store and this study's journal within their reach"
+            )
+            if note not in self.state.warnings:
+                self.emit("warning", message=note)
         if self.state.code_base is not None:
             self.code = CodeBase(self._home(), self.state.code_base)
             return
@@ -122,6 +129,12 @@ class TrialLauncher:
         metric = self.study.objective.metric
         fields["reported"] = fields.get("value")  # what the trial said of itself
         fields["evaluation"] = {"metrics": got.metrics, "seconds": round(got.seconds, 3)}
+        if got.tampered:  # the store's protected files were rewritten: never counted
+            if t.number not in self.state.tampered:
+                self.emit("tampered", trial=t.number, when="evaluator", files=got.tampered)
+            fields.update(status="FAILED", failure_kind="tampered", failure=got.problem,
+                          value=None)  # fmt: skip
+            return
         if got.problem:
             fields.update(status="FAILED", failure_kind="evaluator", failure=got.problem,
                           value=None, log_tail=got.output)  # fmt: skip

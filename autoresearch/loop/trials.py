@@ -60,8 +60,20 @@ def trial_spec(study: Study, state: StudyState, t: Trial, gpus: int) -> Any:
         project=study.project,
         data=study.data,
         image=study.image,
+        network=study.network,
+        writable=list(study.writable),
         **({"backend": study.backend} if study.backend else {}),
+        **({"sandbox": mode} if (mode := study_sandbox(study)) else {}),
     )
+
+
+def study_sandbox(study: Study) -> str | None:
+    """The trials' sandbox: as the study says; else `on` for a local code study (protected
+    files or an evaluator: its winner must be real), else None (AIR_SANDBOX decides)."""
+    if study.sandbox is not None:
+        return study.sandbox
+    code = study.code is not None and (bool(study.code.protected) or study.evaluate is not None)
+    return "on" if code and study.backend in (None, "local") else None
 
 
 def build_request(

@@ -270,6 +270,11 @@ class Study(_Strict):
     data: list[DataInput] = Field(default_factory=list)  # [{name, path}], as in a job spec
     image: str | None = Field(default=None, max_length=255)  # every trial runs in it (JobSpec)
     evaluate: Evaluate | None = None  # a trusted evaluator (needs `code`)
+    # Trials' sandbox (JobSpec.sandbox): None is `on` for a code study (protected files or an
+    # evaluator), else AIR_SANDBOX; `off` in a code study is journaled and reported.
+    sandbox: Literal["on", "off"] | None = None
+    network: bool = True  # false: trials run without a network (sandboxed)
+    writable: list[str] = Field(default_factory=list)  # folders trials may write (JobSpec)
     stall: StallConfig | None = None  # trials' stall timeout (spec/stall.py); None: the default
     # How ``workdir`` became absolute, for a not-found error ("workdir '.' resolved against
     # the study file's folder /x"); set by autoresearch.study.study.anchor_workdir, not a key.

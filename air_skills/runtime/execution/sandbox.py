@@ -101,11 +101,15 @@ def wrap(
     data: Iterable[str] = (),
     writable: Iterable[str] = (),
     network: bool = True,
+    readonly: Iterable[str] = (),
+    die_with_parent: bool = False,
 ) -> list[str]:
     """``argv`` run by bwrap with the job's view (module docstring); mounts in order, the
     later over the earlier."""
     home_real = os.path.realpath(home)
     out = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"]
+    if die_with_parent:
+        out.append("--die-with-parent")
     out += ["--unshare-pid", "--proc", "/proc", "--tmpfs", "/tmp"]
     if not network:
         out.append("--unshare-net")
@@ -117,6 +121,10 @@ def wrap(
     out += ["--tmpfs", home_real]  # AIR_HOME: nothing of it but the job's own folder
     for real in data:  # checked against the roots at start (tracking/data.recheck_at_start)
         if not _inside(real, home_real):
+            out += ["--ro-bind", real, real]
+    for path in readonly:  # may lie in AIR_HOME: a trial's folder, for its evaluator
+        real = os.path.realpath(path)
+        if os.path.exists(real):
             out += ["--ro-bind", real, real]
     for path in writable:
         real = _real_dir(path)
