@@ -92,6 +92,7 @@ class JobPage(_Reply):
     )
     metric: str | None = None
     groups: list[SeedGroup] | None = None
+    hardware: str | None = None  # with a metric: "not comparable: A vs B" across classes
 
 
 class LaunchedJob(_Reply):

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from air_skills.client import Client
 from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
+from air_skills.gpu.hardware import hardware_class, not_comparable
 from air_skills.status import JobStatus
 from mcp_server.schemas import (
     CompareReply,
@@ -221,6 +222,10 @@ def list_jobs(
         ],
         next_cursor=page.next_cursor,
         metric=metric,
+        # a leaderboard across hardware classes ranks values that do not compare: say so
+        hardware=not_comparable([hardware_class(j.hardware) for j in page.items])
+        if metric
+        else None,
     )
 
 
