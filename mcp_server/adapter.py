@@ -72,6 +72,8 @@ def compact_schema(node: Any, in_properties: bool = False) -> Any:
             continue  # an absent flag is false: no need to say so
         if key == "minLength" and value == 1:
             continue  # refused by the server all the same
+        if key == "additionalProperties" and value is True:
+            continue  # JSON Schema's default
         if key in ("maxLength", "maxItems", "maximum") and value >= LOOSE_BOUND:
             continue  # enforced by the server all the same; not worth sending each session
         out[key] = compact_schema(value, in_properties=key in ("properties", "$defs"))
@@ -87,8 +89,9 @@ def compact_schema(node: Any, in_properties: bool = False) -> Any:
 
 
 def shape_only(node: Any) -> Any:
-    """An output schema reduced to its shape: field names and types. The text content and
-    the tool's description say what the fields mean; the tool list stays small (issue 18)."""
+    """An output schema reduced to its shape: the reply's field names (each field's type is
+    left open: the values say it). The text content and the tool's description say what the
+    fields mean; the tool list stays small (issues 18 and 24: 17 tools in 16 KB)."""
     if isinstance(node, list):
         return [shape_only(v) for v in node]
     if not isinstance(node, dict):
@@ -101,7 +104,7 @@ def shape_only(node: Any) -> Any:
         if key in drop and (key == "$defs" or not isinstance(value, dict)):
             continue
         if key == "properties":
-            out[key] = {k: shape_only(v) for k, v in value.items()}
+            out[key] = dict.fromkeys(value, {})
         else:
             out[key] = shape_only(value)
     return out

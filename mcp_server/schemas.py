@@ -102,6 +102,16 @@ class LaunchedJob(_Reply):
     message: str | None = None
 
 
+class ExportReply(_Reply):
+    """export_code: the diff, or the commit made on a new branch."""
+
+    job_id: str | None = None
+    trial: int | None = None
+    diff: str | None = None
+    branch: str | None = None
+    commit: str | None = None
+
+
 class BatchReply(_Reply):
     """What launch_jobs launched (or, dry_run, would launch): one line per job."""
 

@@ -4,6 +4,7 @@ Each takes an ``air_skills.Client`` first; the rest of its signature is the tool
 """
 
 from mcp_server.tools.batch import launch_jobs
+from mcp_server.tools.code import export_code
 from mcp_server.tools.jobs import (
     cancel_job,
     compare_jobs,
@@ -27,6 +28,7 @@ __all__ = [
     "WaitAborted",
     "cancel_job",
     "compare_jobs",
+    "export_code",
     "get_job",
     "get_logs",
     "get_metrics",

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 JobId = Annotated[
     str,
-    Field(description="a job id (job-0123456789)", max_length=200),
+    Field(description="a job id", max_length=200),
 ]
 JobIds = Annotated[
     list[Annotated[str, Field(max_length=200)]],
@@ -18,7 +18,7 @@ ShortText = Annotated[str, Field(max_length=500)]
 Arg = Annotated[str, Field(max_length=100_000)]
 StatusName = Literal["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]
 MetricName = Annotated[
-    str | None, Field(max_length=250, description="a metric: adds its latest and best per job")
+    str | None, Field(max_length=250, description="adds its latest and best per job")
 ]
 Direction = Literal["minimize", "maximize"]
 

@@ -30,6 +30,7 @@ TOOLS = [
     "wait_for_jobs",
     "cancel_job",
     "list_gpus",
+    "export_code",
     "start_study",
     "get_study",
     "wait_for_study",
