@@ -1,8 +1,9 @@
 """Issue 30: `air doctor --rebuild` over hostile job folders. A record whose spec does not
 validate (`{"spec": {"priority": 99}}`), a record.json that is a FIFO or a link to /dev/zero,
-a file where a folder should be: each is skipped with its reason, the rest is rebuilt, and
-nothing hangs or fills memory. A record's `log_path` is never used: a job's log is its own
-folder's output.log, for the rebuild and for `air logs` whatever the database says.
+a file where a folder should be, a 1 GiB record: each is skipped with its reason, the rest
+is rebuilt, and nothing hangs or fills memory. A record's `log_path` is never used: a job's
+log is its own folder's output.log, for the rebuild and for `air logs` whatever the database
+says.
 Real `air` processes, real SQLite."""
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ ZERO = "job-00000000c3"
 SHADOW = "job-00000000d4"
 BARE = "job-00000000e5"
 FILE = "job-00000000f6"
+HUGE = "job-0000000a07"
 
 
 def air(*args: str) -> subprocess.CompletedProcess[str]:
@@ -38,7 +40,7 @@ def hostile_home(home: Path, secret: Path) -> str:
     info = client.launch(JobSpec(command=["echo", "my own log"], code="live", track=False))
     assert client.wait([info.job_id], timeout_s=60)[0].status.value == "SUCCEEDED"
     jobs = home / "jobs"
-    for name in (PRIORITY, FIFO, ZERO, SHADOW, BARE):
+    for name in (PRIORITY, FIFO, ZERO, SHADOW, BARE, HUGE):
         (jobs / name).mkdir(mode=0o700)
     (jobs / PRIORITY / "record.json").write_text(json.dumps({"spec": {"priority": 99}}))
     os.mkfifo(jobs / FIFO / "record.json")
@@ -47,6 +49,8 @@ def hostile_home(home: Path, secret: Path) -> str:
     (jobs / SHADOW / "record.json").write_text(json.dumps(record))
     (jobs / SHADOW / "output.log").write_text("the job's own log\n")
     (jobs / FILE).write_text("not a folder")
+    with open(jobs / HUGE / "record.json", "wb") as f:  # sparse: 1 GiB read would fill memory
+        f.truncate(1 << 30)
     return info.job_id
 
 
@@ -60,11 +64,12 @@ def test_rebuild_skips_hostile_folders_with_reasons(air_home: Path, tmp_path: Pa
     for result in (plan, done):
         assert sorted(result["rebuilt"]) == [SHADOW, BARE], result
         reasons = {s["job_id"]: s["reason"] for s in result["skipped"]}
-        assert set(reasons) == {PRIORITY, FIFO, ZERO, FILE}, reasons
+        assert set(reasons) == {PRIORITY, FIFO, ZERO, FILE, HUGE}, reasons
         assert "priority" in reasons[PRIORITY] and "99" in reasons[PRIORITY]
         assert "not a regular file" in reasons[FIFO]
         assert "cannot be opened" in reasons[ZERO]  # a symlink: never followed
         assert "not a folder" in reasons[FILE]
+        assert "is over 16777216 bytes" in reasons[HUGE]
 
     shown = json.loads(air("status", SHADOW, "--json").stdout)
     assert shown["name"] == "stolen" and shown["status"] == "FAILED"
