@@ -41,7 +41,11 @@ def test_from_row_reads_every_column(tmp_path: Path) -> None:
     raw = store.conn.execute("SELECT * FROM jobs WHERE job_id=?", (job_id,)).fetchone()
     record = store.row(job_id)
     assert record is not None
-    assert dataclasses.asdict(record) == {k: raw[k] for k in raw.keys()}
+    # Every column as stored, but the log: always the job folder's own (issue 30), never a
+    # path the database names.
+    stored = {k: raw[k] for k in raw.keys()}
+    assert dataclasses.asdict(record) == {**stored, "log_path": record.log_path}
+    assert record.log_path == str(tmp_path / "jobs" / job_id / "output.log")
     assert record.status == "RUNNING" and record.cpus == 3 and record.borrowing == 1
     assert record.gpu_list() == [2] and record.spec_dict()["config"] == {"lr": 0.1}
 
