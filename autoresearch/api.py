@@ -98,7 +98,7 @@ def start_study(
         return get_study(folder)
     from autoresearch.proposers import make_proposer
 
-    make_proposer(parsed.proposer)  # a missing API key fails here, not in the background
+    proposer = make_proposer(parsed.proposer)  # a missing API key fails here (no fallback)
     private_dir(folder)  # owner-only, and the env values in env.json alone
     save_env(folder, fill_env(parsed, source_dir).env)
     launch_file = folder / ".start.yaml"
@@ -147,6 +147,8 @@ def start_study(
         )
     out = get_study(folder)
     out["pid"] = proc.pid
+    if getattr(proposer, "unavailable", None):  # its fallback proposes: say why, first
+        out["warnings"] = [proposer.unavailable, *out.get("warnings", [])]
     return out
 
 

@@ -204,7 +204,10 @@ class StudyLoop(TrialLauncher, TrialWatch):
             proposer=proposer.name,
             air_home=str(getattr(self.client, "home", "")),
         )
-        for warning in budget_warning(self.study) if not events else []:
+        unavailable = getattr(self._proposer, "unavailable", None)  # its fallback proposes
+        for warning in ([unavailable] if unavailable else []) + (
+            budget_warning(self.study) if not events else []
+        ):
             self.emit("warning", message=warning)  # before the first trial: it can still be fixed
             self.log(f"warning: {warning}")
         self._start_code()

@@ -42,6 +42,31 @@ from autoresearch.spec.study_schema import LlmProposerConfig
 CHARS_PER_TOKEN = 3.5  # a conservative estimate for the pre-call budget check
 
 
+class UnavailableLLM(Proposer):
+    """An LLM proposer that cannot run here (its key or SDK is missing): it proposes nothing,
+    so its fallback proposes every trial, and ``unavailable`` says why."""
+
+    name = "llm"
+
+    def __init__(self, config: LlmProposerConfig, why: Exception) -> None:
+        self.config = config
+        message = getattr(why, "message", str(why))
+        self.unavailable = f"the llm proposer cannot run ({message}): {config.fallback} proposes"
+
+    @property
+    def fallback(self) -> Proposer:
+        return _fallback(self.config)
+
+    def propose(self, request: ProposalRequest) -> ProposalResult:
+        return ProposalResult([], fallback_reason=self.unavailable)
+
+
+def _fallback(config: LlmProposerConfig) -> Proposer:
+    if config.fallback == "random":
+        return RandomProposer(config.seed)
+    return TpeProposer(config.seed)
+
+
 class LLMProposer(Proposer):
     """Asks an LLM for diffs; needs the provider's API key in the environment."""
 
@@ -78,9 +103,7 @@ class LLMProposer(Proposer):
 
     @property
     def fallback(self) -> Proposer:
-        if self.config.fallback == "random":
-            return RandomProposer(self.config.seed)
-        return TpeProposer(self.config.seed)
+        return _fallback(self.config)
 
     # --- budget ---
 
