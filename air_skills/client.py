@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
@@ -24,6 +25,7 @@ from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.results.log_read import BadOffset, read_log
 from air_skills.runtime.results.log_search import BadPattern, LogSearch, search_log
 from air_skills.runtime.scheduling import passes as local
+from air_skills.runtime.store.identities import Identity
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision.stall import say_stalled, stalls_since
@@ -36,6 +38,17 @@ ID_PREFIX_RE = re.compile(r"^(job-[0-9a-f]{1,10}|[0-9a-f]{4,10})$")
 # after the MLflow run's end (it waits up to 60 s for MLflow's import: slow on a loaded machine).
 # A cancel waits that long for the end; on a quiet machine it comes in well under a second.
 STOP_WAIT_S = 90.0
+
+
+@functools.lru_cache(maxsize=1)
+def _local_user() -> str:
+    """The local user's name (``launched_by`` of a CLI or Python API launch)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid-{os.geteuid()}"
 
 
 def _resolved(folder: str) -> Path:
@@ -56,11 +69,64 @@ class Client:
         settings.check_all()  # a bad AIR_* value is refused here, not deep in a launch
         self.runtime = LaunchContext(home)
         self.home = self.runtime.home
+        # Who calls: None is the local user (CLI, stdio MCP, the Python API); an air-mcp HTTP
+        # caller's token gives its identity (``as_identity``), with its project and limits.
+        self.identity: Identity | None = None
         _ = self.store  # open now: a corrupt or read-only AIR_HOME fails here, clearly
 
-    @property
-    def store(self) -> Store:
-        return self.runtime.store
+    def as_identity(self, identity: Identity | None) -> Client:
+        """This client acting for ``identity`` (the same home, store and tracker)."""
+        if identity is None:
+            return self
+        scoped = copy.copy(self)
+        scoped.identity = identity
+        return scoped
+
+    # --- identities of air-mcp's HTTP callers (`air mcp-token`) -------------------------------
+
+    def add_identity(
+        self,
+        name: str,
+        project: str,
+        *,
+        max_gpus: int | None = None,
+        priority_max: str = "high",
+        admin: bool = False,
+    ) -> str:
+        """Make an identity for an agent; returns its token (shown once, stored hashed)."""
+        from air_skills.runtime.store import identities
+
+        with self.store.tx() as c:
+            return identities.add(
+                c, name, project, max_gpus=max_gpus, priority_max=priority_max, admin=admin
+            )
+
+    def identities(self) -> list[dict[str, Any]]:
+        """Every identity with its limits and the GPUs its live jobs ask for (no tokens)."""
+        from air_skills.runtime.store import identities
+
+        self.reconcile()
+        with self.store.tx() as c:
+            return identities.listing(c)
+
+    def revoke_identity(self, name: str) -> None:
+        """Revoke an identity's token: its next request is refused."""
+        from air_skills.runtime.store import identities
+
+        with self.store.tx() as c:
+            identities.revoke(c, name)
+
+    def identity_for_token(self, token: str) -> Identity | None:
+        """The active identity a bearer token belongs to (None: no identity's token)."""
+        from air_skills.runtime.store import identities
+
+        return identities.for_token(self.store.conn, token)
+
+    def launcher(self) -> str:
+        """The name a launch records as ``launched_by``: the identity's, else the local user's."""
+        if self.identity is not None:
+            return self.identity.name
+        return _local_user()
 
     @staticmethod
     def rebuild(home: str | os.PathLike[str] | None = None, dry_run: bool = False) -> dict:
@@ -72,6 +138,10 @@ class Client:
 
         where = ensure_home(Path(home).expanduser() if home else default_home()).resolve()
         return rebuild(where, dry_run=dry_run, check=JobSpec.stored)
+
+    @property
+    def store(self) -> Store:
+        return self.runtime.store
 
     @property
     def tracker(self) -> Any:
@@ -107,6 +177,7 @@ class Client:
         if "backend" not in spec.model_fields_set and self.store.setting("backend"):
             # AIR_HOME's default backend (python -m air_skills.backends.ray config --backend)
             spec = spec.model_copy(update={"backend": self.store.setting("backend")})
+        spec = self._for_launcher(spec)
         spec = self._resolve(spec)
         spec = self._check_data(spec)  # refused data inputs: nothing is created
         problems = check_command(spec, snapshot) if dry_run or spec.check_command else []
@@ -120,6 +191,25 @@ class Client:
 
             maybe_collect(self.home)  # old snapshots go, at most once a day (one stat else)
         return info
+
+    def _for_launcher(self, spec: JobSpec) -> JobSpec:
+        """Record who launches; an identity launches in its own project, within its priority
+        (its GPU limit is checked where the job is queued, in the same transaction)."""
+        update: dict[str, Any] = {"launched_by": self.launcher()}
+        who = self.identity
+        if who is not None:
+            from air_skills.runtime.store.identities import check_launch
+
+            if spec.project is None:
+                update["project"] = who.project
+            with self.store.tx() as c:  # a clear refusal before anything is built
+                check_launch(
+                    c,
+                    {**spec.model_dump(mode="json"), "gpus": 0},
+                    who.name,
+                    spec.project or who.project,
+                )
+        return spec.model_copy(update=update)
 
     def rerun(
         self,
@@ -177,12 +267,27 @@ class Client:
         scores = self.scores([r.job_id for r in rows], metric, direction)
         return seed_groups_of(rows, scores, seed_key, direction)
 
+    def launch_on(self, job_id: str, spec: JobSpec | dict[str, Any]) -> JobInfo:
+        """Launch ``spec`` on ``job_id``'s stored code: its snapshot, and its patch unless the
+        spec brings one (a study's ``base_job``: trials run the code that job ran)."""
+        from air_skills.runtime.code.code_source import load_job_code, rerun_snapshot
+        from air_skills.runtime.code.job_code import pinned_snapshot
+
+        row = self._row(job_id)
+        snapshot = rerun_snapshot(load_job_code(self.home, row.job_id, row.code))
+        spec = JobSpec.parse(spec)
+        if spec.patch is None and row.spec_dict().get("patch"):
+            spec = spec.model_copy(update={"patch": row.spec_dict()["patch"]})
+        with pinned_snapshot(snapshot):
+            return self._launch(spec, False, snapshot)
+
     @property
     def code(self) -> Any:
         """Code-snapshot verbs: ``diff(a, b)``, ``patch(job)``, ``export(...)``, ``gc()``."""
         from air_skills.runtime.code.code_ops import CodeOps
+        from air_skills.runtime.runs.spare_runs import sweep
 
-        return CodeOps(self.home, self._row)
+        return CodeOps(self.home, self._row, lambda dry_run: sweep(self.store, dry_run))
 
     def _resolve(self, spec: JobSpec) -> JobSpec:
         workdir = _resolved(spec.workdir or os.getcwd())
@@ -273,6 +378,7 @@ class Client:
         metric: str | None = None,
         order_by: str | None = None,
         direction: Direction = "minimize",
+        launched_by: str | None = None,
     ) -> Page[JobInfo]:
         """Jobs newest first, a page at a time; with ``order_by`` ("best" or "latest") and
         ``metric``, the best ``limit`` of the newest 1000 by that value (one page, best first;
@@ -281,7 +387,9 @@ class Client:
             from air_skills.tracking.compare import check_order, rank
 
             check_order(order_by, metric)
-            pool = self.list(status, experiment, RANK_POOL, None, project).items
+            pool = self.list(
+                status, experiment, RANK_POOL, None, project, launched_by=launched_by
+            ).items
             scores = self.scores([i.job_id for i in pool], str(metric), direction)
             ranked = rank(pool, scores, order_by, direction)[:limit]
             return Page[JobInfo](items=ranked, next_cursor=None)
@@ -310,6 +418,7 @@ class Client:
             project=project,
             before_seq=int(cursor) if cursor else None,
             limit=limit + 1,
+            launched_by=launched_by,
         )
         more = len(rows) > limit
         rows = rows[:limit]
@@ -342,7 +451,12 @@ class Client:
         try:
             return search_log(row.log_path, pattern, last_match, max_matches)
         except BadPattern as exc:
-            raise InvalidInput(str(exc), hint="give a Python regular expression") from None
+            raise InvalidInput(
+                str(exc),
+                code="invalid-pattern",
+                hint="give an RE2 regular expression (no look-arounds or back-references),"
+                " e.g. 'loss=[0-9.]+' or '(?i)error'",
+            ) from None
 
     def logs(self, job_id: str, tail: int | None = 100, offset: int | None = None) -> LogChunk:
         """The last ``tail`` lines, or (with ``offset``) the bytes from that offset on."""
@@ -441,8 +555,23 @@ class Client:
         waits up to ``wait_s`` (default: the grace period and the supervisor's end) for its
         end."""
         row = self._row(job_id)
+        self._may_stop(row)
         reason = reason or "cancelled by request"
         return self.backend(row.backend).cancel(row, reason, _stop_wait_s(wait_s))
+
+    def _may_stop(self, row: JobRecord) -> None:
+        """An identity cancels its own jobs only (an admin token, any)."""
+        who = self.identity
+        if who is None or who.admin or row.launched_by == who.name:
+            return
+        from air_skills.runtime.store.identities import Forbidden
+
+        raise Forbidden(
+            f"job {row.job_id} was launched by {row.launched_by or 'the local user'!s}, not"
+            f" {who.name!r}: an identity cancels only its own jobs",
+            hint="ask its launcher, or use an admin token",
+            job_id=row.job_id,
+        )
 
     def cancel_all(self, reason: str | None = None) -> list[JobInfo]:
         rows = self.store.live_rows()

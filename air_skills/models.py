@@ -40,7 +40,7 @@ MAX_CONFIG_VALUES = 1_000_000
 MAX_CONFIG_DEPTH = 200
 Priority = Literal["low", "normal", "high"]
 FailureKind = Literal["user", "infra"]
-Backend = Literal["local", "ray"]
+Backend = Literal["local", "ray", "slurm"]
 # Validation context for a spec read back from a record: checks of this machine are skipped.
 STORED = {"stored": True}
 # What a terminal obeys instead of showing: C0 and C1 controls (ESC starts an escape sequence),
@@ -223,6 +223,11 @@ class JobSpec(_Strict):
     patch: str | None = Field(
         default=None,
         description="a unified diff applied to the job's snapshot only (never the user's tree)",
+    )
+    launched_by: str | None = Field(
+        default=None,
+        max_length=64,
+        description="who launched it (set by the Client: a token's name or the local user)",
     )
     image: str | None = Field(
         default=None,
@@ -437,6 +442,14 @@ class JobInfo(BaseModel):
     sandbox: str | None = Field(
         default=None, description="what it runs in: bwrap, or none (why); None: not local"
     )
+    hardware: dict[str, Any] | None = Field(
+        default=None,
+        description="what it ran on: gpu_model, gpu_count, class, driver, cuda, cpu, host,"
+        " backend (air_skills/gpu/hardware.py); None before it starts or off this machine",
+    )
+    launched_by: str | None = Field(
+        default=None, description="who launched it: an air-mcp token's name, or the local user"
+    )
 
     @property
     def is_terminal(self) -> bool:
@@ -451,11 +464,6 @@ class GpuInfo(BaseModel):
     memory_mb: int
     health: Literal["ok", "unhealthy"] = "ok"
     cordoned: bool = False
-    hardware: dict[str, Any] | None = Field(
-        default=None,
-        description="what it ran on: gpu_model, gpu_count, class, driver, cuda, cpu, host,"
-        " backend (air_skills/gpu/hardware.py); None before it starts or off this machine",
-    )
     reason: str | None = None
     job_ids: list[str] = Field(default_factory=list)
     project: str | None = None  # of the job holding it

@@ -129,9 +129,9 @@ def plain_tool(
     sig = inspect.signature(fn, eval_str=True)
     params = [p for name, p in sig.parameters.items() if name != "client"]
 
-    def call(**kwargs: Any) -> CallToolResult:
+    def call(ctx: Any = None, **kwargs: Any) -> CallToolResult:
         try:
-            reply = fn(client, **kwargs)
+            reply = fn(caller_client(client, ctx), **kwargs)
         except AirError as exc:
             return error_result(exc)
         return ok_result(reply, render_reply(fn.__name__, reply))
@@ -141,6 +141,23 @@ def plain_tool(
     )
     call.__name__ = fn.__name__
     tool = Tool.from_function(
-        call, name=fn.__name__, title=title, description=describe(fn), annotations=annotations
+        call,
+        name=fn.__name__,
+        title=title,
+        description=describe(fn),
+        annotations=annotations,
+        context_kwarg="ctx",  # the SDK passes the request's context: who calls, over HTTP
     )
     return forbid_extra(tool)
+
+
+def caller_client(client: Client, ctx: Any) -> Client:
+    """The client acting for the HTTP caller's identity (``air mcp-token``); as is for the
+    server's own token, stdio and in-process callers."""
+    try:
+        request = ctx.request_context.request if ctx is not None else None
+    except (AttributeError, LookupError, ValueError):
+        request = None
+    scope = getattr(request, "scope", None) or {}
+    identity = scope.get("state", {}).get("air_identity") if isinstance(scope, dict) else None
+    return client.as_identity(identity)

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import socket
 from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from mcp.server.mcpserver import MCPServer
@@ -68,8 +69,11 @@ class HttpGuard:
         allowed_hosts: Iterable[str] = (),
         allowed_origins: Iterable[str] = (),
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        identify: Callable[[str], Any] | None = None,
     ) -> None:
         self.app = app
+        # An identity's token (``air mcp-token add``) -> who calls, or None for any other.
+        self.identify = identify
         self.port = port
         if not token:
             raise ValueError("HttpGuard needs a token: HTTP is never served without one")
@@ -104,6 +108,15 @@ class HttpGuard:
             return False
         return hmac.compare_digest(given.strip().encode(), self._token)
 
+    def identity_of(self, value: str | None) -> Any:
+        """The identity whose token the Authorization header carries (None: no identity's)."""
+        if self.identify is None or not value:
+            return None
+        scheme, _, given = value.partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return None
+        return self.identify(given.strip())
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -118,7 +131,10 @@ class HttpGuard:
         if origin is not None and not self.origin_ok(origin):
             await _refuse(send, 403, "Origin not allowed: start air-mcp with --allow-origin ORIGIN")
             return
+        identity = None
         if not self.token_ok(headers.get("authorization")):
+            identity = self.identity_of(headers.get("authorization"))
+        if identity is None and not self.token_ok(headers.get("authorization")):
             challenge = 'Bearer realm="air-mcp"'
             if headers.get("authorization"):
                 challenge += ', error="invalid_token"'
@@ -130,7 +146,11 @@ class HttpGuard:
                 [(b"www-authenticate", challenge.encode())],
             )
             return
-        refusal = _peer_refusal(scope)
+        # An identity's token is its own check (agents may run as other users or elsewhere);
+        # the server's own token is the local user's, so its loopback callers must be us.
+        refusal = _peer_refusal(scope) if identity is None else None
+        if identity is not None:
+            scope.setdefault("state", {})["air_identity"] = identity
         if refusal:
             await _refuse(send, 403, refusal)
             return
@@ -185,6 +205,7 @@ def serve_http(
     say: Callable[[str], None],
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     session_idle_s: float = DEFAULT_SESSION_IDLE_S,
+    identify: Callable[[str], Any] | None = None,
 ) -> None:
     """Serve ``server`` at http://host:port/mcp until interrupted; ``say`` announces the URL.
 
@@ -235,6 +256,7 @@ def serve_http(
         allowed_hosts=allowed_hosts,
         allowed_origins=allowed_origins,
         max_body_bytes=max_body_bytes,
+        identify=identify,
     )
     auth = f"bearer token required: {token_source}"
     shown = f"[{host}]" if family == socket.AF_INET6 else host

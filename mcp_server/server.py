@@ -379,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_body_bytes=args.max_body_bytes,
                 log_level=args.log_level,
                 say=_say,
+                identify=client.identity_for_token,  # air mcp-token identities
             )
     except KeyboardInterrupt:
         pass

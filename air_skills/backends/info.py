@@ -41,6 +41,7 @@ def row_to_info(row: JobRecord) -> JobInfo:
         **_image(row.spec),
         sandbox=describe(json.loads(row.spec)) if row.backend == "local" else None,
         hardware=read_record(row.log_path) if row.started_at else None,
+        launched_by=row.launched_by,
     )
 
 

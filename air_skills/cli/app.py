@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from air_skills.cli import admin, code, gpus, images, jobs, results
+from air_skills.cli import admin, code, gpus, images, jobs, results, tokens
 from air_skills.cli.usage import run_app
 
 app = typer.Typer(
@@ -38,6 +38,7 @@ for command in (
 for command in (gpus.gpus, gpus.cordon, gpus.uncordon, gpus.doctor, jobs.ui, images.images):
     app.command()(command)
 app.command("mcp-config")(admin.mcp_config)
+app.add_typer(tokens.tokens_app, name="mcp-token")
 for command in (code.rerun, code.diff, code.gc):
     app.command()(command)
 app.add_typer(code.code_app, name="code")

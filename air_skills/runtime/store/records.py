@@ -55,6 +55,7 @@ class JobRecord:
     tracking_note: str | None
     code: str | None
     job_class: str | None
+    launched_by: str | None = None  # an identity's name (air mcp-token), or the local user
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRecord:

@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     stop_reason TEXT,
     tracking_note TEXT,
     code TEXT,
-    job_class TEXT
+    job_class TEXT,
+    launched_by TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 -- The scheduling pass reads the head of the queue in this order (a window, not all of it).
@@ -54,6 +55,8 @@ CREATE INDEX IF NOT EXISTS jobs_queue_cpu ON jobs(priority DESC, seq)
 -- Learned run-time estimates (runtime/store/estimates.py) read a class's latest successes.
 CREATE INDEX IF NOT EXISTS jobs_class_done ON jobs(job_class, ended_at DESC)
     WHERE status='SUCCEEDED';
+-- Who launched what (the shared board, quotas per identity).
+CREATE INDEX IF NOT EXISTS jobs_launched_by ON jobs(launched_by, status);
 CREATE TABLE IF NOT EXISTS gpus (
     idx INTEGER PRIMARY KEY,
     cordoned INTEGER NOT NULL DEFAULT 0,
@@ -98,10 +101,22 @@ CREATE TABLE IF NOT EXISTS spare_pools (
     wanted_at REAL NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS spare_pools_key ON spare_pools(uri, experiment);
+-- The identities of air-mcp's HTTP callers (store/identities.py): tokens kept as hashes.
+CREATE TABLE IF NOT EXISTS identities (
+    name TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL,
+    project TEXT NOT NULL,
+    max_gpus INTEGER,
+    priority_max TEXT NOT NULL DEFAULT 'high',
+    admin INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS identities_token ON identities(token_hash);
 """
 
 
-SCHEMA_VERSION = 7  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 8  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

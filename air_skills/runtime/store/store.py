@@ -20,6 +20,7 @@ from typing import Any
 
 from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_folder_record, write_job_env
 from air_skills.runtime.results.outcomes import Outcome
+from air_skills.runtime.store import identities
 from air_skills.runtime.store.estimates import job_class
 from air_skills.runtime.store.idempotency import check_same_spec
 from air_skills.runtime.store.records import JOB_COLUMNS, JobRecord, record_in_home
@@ -73,11 +74,13 @@ class Store(SpareStore):
                 if row:  # another launcher won the race: the same spec or a conflict
                     check_same_spec(key, row[0], row[1], json.loads(row[2]), spec)
                     return row[0], False
+            # An identity's limits hold in this transaction: racing launches cannot both pass.
+            identities.check_launch(c, spec, spec.get("launched_by"), project)
             c.execute(
                 "INSERT INTO jobs (job_id, name, spec, status, priority, preemptible,"
                 " gpus_requested, created_at, queued_at, log_path, backend, project,"
-                " idempotency_key, message, run_id, experiment_id, tracking_note, job_class)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " idempotency_key, message, run_id, experiment_id, tracking_note, job_class,"
+                " launched_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     name,
@@ -98,6 +101,7 @@ class Store(SpareStore):
                     experiment_id,
                     tracking_note,
                     job_class(spec),  # learned run-time estimates (runtime/store/estimates.py)
+                    spec.get("launched_by"),
                 ),
             )
             self._event(c, job_id, "queued", "job queued")
@@ -407,10 +411,14 @@ class Store(SpareStore):
         project: str | None = None,
         before_seq: int | None = None,
         limit: int = 50,
+        launched_by: str | None = None,
     ) -> list[JobRecord]:
         """Jobs newest first, filtered; ``before_seq`` pages on from a cursor."""
         where: list[str] = ["1=1"]
         args: list[Any] = []
+        if launched_by is not None:
+            where.append("launched_by=?")
+            args.append(launched_by)
         if status is not None:
             where.append("status=?")
             args.append(status)
