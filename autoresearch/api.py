@@ -53,6 +53,7 @@ def start_study(
     background: bool = True,
     poll_s: float = 0.25,
     prior_jobs: list[str] | None = None,
+    base_job: str | None = None,
 ) -> dict[str, Any]:
     """Start (or resume) a study from a study file, a study folder or an inline dict.
 
@@ -61,6 +62,7 @@ def start_study(
     here until a budget is spent. Returns the study's state as ``get_study`` gives it.
     ``prior_jobs``: job ids already run by hand; they join a new study's history as trials
     (one that ran the base config is its baseline, not run again): autoresearch/loop/prior.py.
+    ``base_job``: a job whose code (snapshot and patch) and config are the study's base.
     """
     source_dir = Path(study) if isinstance(study, str | Path) and Path(study).is_dir() else None
     if source_dir is not None and (alive := loop_alive(source_dir)):
@@ -70,7 +72,14 @@ def start_study(
             study_dir=str(source_dir),
         )
     parsed = load_study(study)
+    if base_job:
+        parsed = parsed.model_copy(update={"base_job": base_job})
     parsed = check_runnable(parsed)
+    if parsed.base_job:  # checked now (an unknown job is refused here); the loop does it again
+        from air_skills.client import Client
+        from autoresearch.loop.prior import with_base_job
+
+        parsed = with_base_job(parsed, Client())
     folder = Path(study_dir).expanduser().resolve() if study_dir else source_dir
     folder = folder.resolve() if folder else _resolve_dir(parsed, None)
     alive = loop_alive(folder)

@@ -80,7 +80,10 @@ class TrialLauncher:
                     if note not in self.state.warnings:
                         self.emit("warning", message=note)
                 spec = spec.model_copy(update={"patch": patch})
-            info = self.client.launch(spec)
+            if self.study.base_job:  # the code that job ran: its snapshot and patch
+                info = self.client.launch_on(self.study.base_job, spec)
+            else:
+                info = self.client.launch(spec)
         except Exception as exc:
             why = _code_failure(exc) if chain else None
             if why is None:

@@ -31,6 +31,7 @@ from autoresearch.journal.journal import (
 from autoresearch.loop import budgets
 from autoresearch.loop.launcher import TrialLauncher
 from autoresearch.loop.mirror import StudyMirror
+from autoresearch.loop.prior import with_base_job
 from autoresearch.loop.trials import build_request, noise_repeat, trial_command
 from autoresearch.loop.watch import STUDY_ENDING, TrialWatch
 from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
@@ -170,6 +171,7 @@ class StudyLoop(TrialLauncher, TrialWatch):
     def _start(self) -> None:
         # env values: from env.json when the study is a saved one; kept there, named elsewhere
         self.study = fill_env(self.study, self.dir)
+        self.study = with_base_job(self.study, self.client)  # its config under base_config
         save_env(self.dir, self.study.env)
         events = self.journal.read()
         if events and not self.resume:

@@ -54,6 +54,24 @@ def _prior(study: Any, job_ids: list[str], client: Any) -> list[dict[str, Any]]:
 _UNSET = object()
 
 
+def with_base_job(study: Any, client: Any) -> Any:
+    """The study with its ``base_job``'s config under its own base_config (its keys win):
+    the job's code (snapshot and patch) is what every trial runs (``Client.launch_on``)."""
+    if not study.base_job:
+        return study
+    if study.code is not None:
+        raise InvalidInput(
+            "base_job and a code section together are not supported yet",
+            hint="drop code: (trials then run base_job's code with config changes), or commit"
+            " the job's patch and start the code study from that tree",
+        )
+    info = client.get(study.base_job)  # NotFound names the id, with where ids come from
+    config = client.store.row(info.job_id).spec_dict().get("config") or {}
+    return study.model_copy(
+        update={"base_job": info.job_id, "base_config": {**config, **study.base_config}}
+    )
+
+
 def journal_prior(folder: Any, study: Any, job_ids: list[str], client: Any) -> int:
     """Journal the prior jobs as launched trials of a new study; returns how many.
 

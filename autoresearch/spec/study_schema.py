@@ -250,6 +250,8 @@ class Study(_Strict):
     # study's other relative paths (script, evaluator, data) are relative to the workdir
     workdir: str = "."
     base_config: dict[str, Any] = Field(default_factory=dict)
+    # a job whose code (stored snapshot and patch) every trial runs, its config under base_config
+    base_job: str | None = Field(default=None, min_length=1, max_length=200)
     code: CodeSection | None = None  # code-level trials (patches); None: config-only
     search_space: dict[str, Param]  # may be left out (or empty) in a study with `code`
     objective: Objective

@@ -94,6 +94,9 @@ def start_study(
     ] = None,
     resume: Annotated[bool, Field(description="continue a study that was stopped")] = False,
     prior_jobs: PriorJobs = None,
+    base_job: Annotated[
+        str | None, Field(max_length=200, description="a job whose code and config are the base")
+    ] = None,
 ) -> StudyReply:
     """Start a study in the background (trials within its budgets). Keys: name, command,
     search_space, objective, budget, base_config, noise, code (files the LLM may patch);
@@ -104,7 +107,9 @@ def start_study(
             hint="pass study_file='studies/x.yaml' or study={name:..., command:..., ...}",
         )
     source = study_file if study_file is not None else study
-    extra = {"prior_jobs": list(prior_jobs)} if prior_jobs else {}
+    extra: dict[str, Any] = {"prior_jobs": list(prior_jobs)} if prior_jobs else {}
+    if base_job:
+        extra["base_job"] = base_job
     return _study_call("start_study", source, study_dir, resume=resume, **extra)
 
 

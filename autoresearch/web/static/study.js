@@ -5,7 +5,7 @@
   const AIR = window.AIR || { mode: "live" };
   const app = document.getElementById("app");
   const POLL_MS = 1000;
-  const ui = { sort: "n", asc: true, filter: "", status: "", selected: null, version: null, drawSeq: 0 };
+  const ui = { sort: "n", asc: true, filter: "", status: "", selected: null, version: null };
   let current = null;
 
   const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g,
@@ -117,6 +117,10 @@
       const k = e.target.dataset.k; if (!k) return;
       ui.asc = ui.sort === k ? !ui.asc : true; ui.sort = k; renderTable(current);
     });
+    let pending = false;
+    document.querySelector(".table-wrap").addEventListener("scroll", () => {
+      if (!pending) { pending = true; requestAnimationFrame(() => { pending = false; drawWindow(); }); }
+    });
     document.querySelector("#trials tbody").addEventListener("click", (e) => {
       const tr = e.target.closest("tr.trial"); if (!tr || e.target.tagName === "A") return;
       ui.selected = +tr.dataset.n; renderTable(current); showTrial(ui.selected);
@@ -133,14 +137,16 @@
   }
 
   const rowHtml = (t) => `<tr class="trial${t.decision === "keep" ? " keep" : ""}${t.n === ui.selected ? " selected" : ""}${t.code ? " code" : ""}" data-n=${t.n}>
-      <td>${t.n}</td><td>${esc(t.source)}</td><td>${esc(t.diff_text)}</td><td>${esc(patchText(t))}</td>
+      <td>${t.n}</td><td>${esc(t.source)}</td><td title="${esc(t.diff_text)}">${esc(t.diff_text)}</td><td>${esc(patchText(t))}</td>
       <td><span class="badge s-${esc(t.status)}">${esc(t.status)}</span></td>
       <td>${num(t.value)}${t.std != null ? ` ± ${num(t.std, 3)} <span class=muted>(${t.seeds} seeds)</span>` : ""}</td>
-      <td>${esc(t.decision || "")}${t.reason ? `<div class=muted>${esc(t.reason)}</div>` : ""}</td>
+      <td title="${esc(t.reason || "")}">${esc(t.decision || "")}${t.reason ? ` <span class=muted>${esc(t.reason)}</span>` : ""}</td>
       <td>${dur(t.duration_s)}</td><td title="GPU-h ${num(t.gpu_hours, 3)}, LLM ${usd(t.llm_usd)}">${usd(t.usd)}</td>
       <td>${esc(t.hardware)}</td><td>${t.mlflow ? `<a href="${esc(t.mlflow)}" target=_blank rel=noopener>run</a>` : ""}</td></tr>`;
 
-  const FIRST_ROWS = 100, CHUNK_ROWS = 5000;
+  // The table draws only the rows in view (one line each): 1,000 trials cost what 40 do.
+  const BUFFER_ROWS = 15;
+  let tableRows = [], rowH = 29;
 
   function renderTable(v) {
     const key = ui.sort;
@@ -154,16 +160,23 @@
     });
     document.getElementById("shown").textContent = `${rows.length} of ${v.trials.length} trials`;
     document.querySelectorAll("#trials th").forEach((th) => { th.className = th.dataset.k === key ? "sorted" + (ui.asc ? " asc" : "") : ""; });
-    // the first rows at once, the rest in chunks: a big study's first paint does not wait for all
-    const body = document.querySelector("#trials tbody"), seq = ++ui.drawSeq;
-    body.innerHTML = rows.slice(0, FIRST_ROWS).map(rowHtml).join("");
-    const more = (from) => {
-      if (seq !== ui.drawSeq || from >= rows.length) { if (seq === ui.drawSeq) window.AIR_ROWS_DONE = { n: rows.length, at_ms: performance.now() }; return; }
-      body.insertAdjacentHTML("beforeend", rows.slice(from, from + CHUNK_ROWS).map(rowHtml).join(""));
-      setTimeout(() => more(from + CHUNK_ROWS), 0);
-    };
-    window.AIR_ROWS_DONE = null;
-    requestAnimationFrame(() => setTimeout(() => more(FIRST_ROWS), 0)); // after the first paint
+    tableRows = rows;
+    drawWindow();
+    window.AIR_ROWS_DONE = { n: rows.length, at_ms: performance.now() };
+  }
+
+  function drawWindow() {
+    const wrap = document.querySelector(".table-wrap"), body = document.querySelector("#trials tbody");
+    if (!wrap || !body) return;
+    const first = Math.max(0, Math.floor(wrap.scrollTop / rowH) - BUFFER_ROWS);
+    const last = Math.min(tableRows.length, first + Math.ceil(wrap.clientHeight / rowH) + 2 * BUFFER_ROWS);
+    const gap = (n) => (n > 0 ? `<tr class=gap style="height:${n * rowH}px"><td colspan=${COLS.length}></td></tr>` : "");
+    body.innerHTML = gap(first) + tableRows.slice(first, last).map(rowHtml).join("") + gap(tableRows.length - last);
+    const one = body.querySelector("tr.trial");
+    if (one && Math.abs(one.getBoundingClientRect().height - rowH) > 0.5) {
+      rowH = one.getBoundingClientRect().height; // measured once: the gaps then match the rows
+      drawWindow();
+    }
   }
 
   async function showTrial(n) {
@@ -247,8 +260,9 @@
         return;
       }
       if (key) {
-        const first = window.AIR_INITIAL;
-        window.AIR_INITIAL = null;
+        const block = document.getElementById("air-initial");
+        const first = block ? JSON.parse(block.textContent) : null;
+        if (block) block.remove();
         const v = first && first.key === key ? first : await getJSON(`/api/studies/${encodeURIComponent(key)}`);
         if (v.version !== ui.version) { ui.version = v.version; renderStudy(v); }
       } else {
