@@ -281,20 +281,6 @@ class Client:
         with pinned_snapshot(snapshot):
             return self._launch(spec, False, snapshot)
 
-    def launch_on(self, job_id: str, spec: JobSpec | dict[str, Any]) -> JobInfo:
-        """Launch ``spec`` on ``job_id``'s stored code: its snapshot, and its patch unless the
-        spec brings one (a study's ``base_job``: trials run the code that job ran)."""
-        from air_skills.runtime.code.code_source import load_job_code, rerun_snapshot
-        from air_skills.runtime.code.job_code import pinned_snapshot
-
-        row = self._row(job_id)
-        snapshot = rerun_snapshot(load_job_code(self.home, row.job_id, row.code))
-        spec = JobSpec.parse(spec)
-        if spec.patch is None and row.spec_dict().get("patch"):
-            spec = spec.model_copy(update={"patch": row.spec_dict()["patch"]})
-        with pinned_snapshot(snapshot):
-            return self._launch(spec, False, snapshot)
-
     @property
     def code(self) -> Any:
         """Code-snapshot verbs: ``diff(a, b)``, ``patch(job)``, ``export(...)``, ``gc()``."""
