@@ -197,8 +197,8 @@ def command_launch(
             rendezvous_s=rendezvous.timeout_s(launched),
         )
     if sandboxed and image is None:  # an image job's container is its sandbox
-        bwrap = sandbox.bwrap_path(env)
-        if bwrap is None or sandbox.unavailable(env):
+        bwrap = sandbox.bwrap_path(env)  # probed at launch: not again on the way to the start
+        if bwrap is None:
             raise sandbox.SandboxUnavailable(sandbox.unavailable(env) or "no bwrap")
         argv = sandbox.wrap(
             sandbox.resolved(argv, env.get("PATH"), cwd),

@@ -81,6 +81,24 @@ def describe(spec: Mapping[str, object]) -> str | None:
     return None
 
 
+def _named_paths(argv: list[str]) -> list[str]:
+    """The existing absolute paths a command names, as their folders (a script's siblings are
+    its imports), or the file itself when its folder is / or /tmp (kept private)."""
+    out: list[str] = []
+    for arg in argv[1:]:
+        if not arg.startswith("/") or "\x00" in arg:
+            continue
+        real = os.path.realpath(arg)
+        if os.path.isfile(real):
+            folder = os.path.dirname(real)
+            real = real if folder in ("/", "/tmp") else folder
+        elif not os.path.isdir(real) or real in ("/", "/tmp"):
+            continue
+        if real not in out:
+            out.append(real)
+    return out
+
+
 def _real_dir(path: str) -> str | None:
     real = os.path.realpath(path)
     return real if os.path.isdir(real) else None
@@ -118,6 +136,8 @@ def wrap(
         real = _real_dir(path)
         if real and real != "/":  # AIR_HOME inside it is hidden next
             out += ["--ro-bind", real, real]
+    for real in _named_paths(argv):  # `python /tmp/x/train.py`: its folder, read-only
+        out += ["--ro-bind", real, real]
     out += ["--tmpfs", home_real]  # AIR_HOME: nothing of it but the job's own folder
     for real in data:  # checked against the roots at start (tracking/data.recheck_at_start)
         if not _inside(real, home_real):

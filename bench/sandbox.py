@@ -1,0 +1,141 @@
+"""The sandbox's cost (issue 25): launch -> first instruction, and log -> metric visible.
+
+Rows, interleaved in one run on one scratch AIR_HOME:
+- launch: ``Client.launch`` called -> the job's first instruction (a ``python -S`` job that
+  writes ``time.time()`` into its own checkpoint folder), sandbox off vs on (bwrap).
+  Goal: sandboxed p50 at most 1.10x unsandboxed.
+- metric: a running job logs one metric (MlflowClient.log_metric) and stamps the time it
+  returned; the bench polls ``Client.metrics`` until the value is there. Unsandboxed the job
+  writes the shared sqlite store itself; sandboxed it writes its own store and its supervisor
+  forwards the line (runtime/execution/metric_relay.py). Goal: visible within 2 s.
+
+    python bench/sandbox.py            # 20 launches each, 5 metric probes each
+    python bench/sandbox.py --n 50 --metric 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from _common import percentile, scratch_home, table, verdict
+
+FIRST = "import os,time;open(os.environ['AIR_CHECKPOINT_DIR']+'/t','w').write(repr(time.time()))"
+METRIC = """
+import os, time
+from mlflow.tracking import MlflowClient
+c = MlflowClient()
+c.log_metric(os.environ["MLFLOW_RUN_ID"], "probe", 1.0, step=0)
+t = time.time()
+open(os.environ["AIR_CHECKPOINT_DIR"] + "/t", "w").write(repr(t))
+stop = os.path.join(os.environ["AIR_CHECKPOINT_DIR"], "stop")
+while not os.path.exists(stop):
+    time.sleep(0.05)
+"""
+
+
+def _stamp(path: Path, deadline_s: float = 60.0) -> float:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            text = path.read_text()
+            if text:
+                return float(text)
+        except FileNotFoundError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError(f"the job never wrote {path}")
+
+
+def launch_once(client: object, home: Path, mode: str) -> float:
+    from air_skills import JobSpec
+
+    spec = JobSpec(
+        command=[sys.executable, "-S", "-c", FIRST],
+        track=False,
+        code="live",
+        sandbox=mode,  # type: ignore[arg-type]
+        name=f"bench-{mode}",
+    )
+    t0 = time.time()
+    info = client.launch(spec)  # type: ignore[attr-defined]
+    first = _stamp(home / "jobs" / info.job_id / "checkpoints" / "t") - t0
+    client.wait([info.job_id], timeout_s=60)  # type: ignore[attr-defined]
+    return first
+
+
+def metric_once(client: object, home: Path, mode: str) -> float:
+    from air_skills import JobSpec
+    from air_skills.errors import AirError
+
+    spec = JobSpec(
+        command=[sys.executable, "-c", METRIC], code="live", sandbox=mode, name=f"m-{mode}"
+    )  # type: ignore[arg-type]
+    info = client.launch(spec)  # type: ignore[attr-defined]
+    ckpt = home / "jobs" / info.job_id / "checkpoints"
+    logged = _stamp(ckpt / "t")
+    while True:
+        try:
+            if "probe" in client.metrics(info.job_id).latest:  # type: ignore[attr-defined]
+                seen = time.time()
+                break
+        except AirError:
+            pass
+        if time.time() - logged > 30:
+            raise RuntimeError(f"{mode}: the metric never became visible")
+        time.sleep(0.02)
+    (ckpt / "stop").write_text("")
+    client.wait([info.job_id], timeout_s=60)  # type: ignore[attr-defined]
+    return seen - logged
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20, help="launches per mode")
+    parser.add_argument("--metric", type=int, default=5, help="metric probes per mode")
+    args = parser.parse_args()
+    from air_skills import Client
+    from air_skills.runtime.execution import sandbox
+
+    why = sandbox.unavailable()
+    if why is not None:
+        print(f"no sandbox here ({why}): nothing to compare")
+        return
+    with scratch_home(gpus=4) as home:
+        client = Client(home)
+        launch: dict[str, list[float]] = {"off": [], "on": []}
+        launch_once(client, home, "off")  # warm: a supervisor is waiting from now on
+        for _ in range(args.n):
+            for mode in ("off", "on"):
+                launch[mode].append(launch_once(client, home, mode))
+        metric: dict[str, list[float]] = {"off": [], "on": []}
+        for _ in range(args.metric):
+            for mode in ("off", "on"):
+                metric[mode].append(metric_once(client, home, mode))
+    rows = []
+    base50, base95 = percentile(launch["off"], 50), percentile(launch["off"], 95)
+    for mode in ("off", "on"):
+        p50, p95 = percentile(launch[mode], 50), percentile(launch[mode], 95)
+        rows.append(
+            [
+                f"launch, sandbox {mode}",
+                f"{p50 * 1000:.1f} ms",
+                f"{p95 * 1000:.1f} ms",
+                f"{p50 / base50:.2f}x / {p95 / base95:.2f}x",
+            ]  # fmt: skip
+        )
+    for mode in ("off", "on"):
+        p50, p95 = percentile(metric[mode], 50), percentile(metric[mode], 95)
+        how = "direct to sqlite" if mode == "off" else "relayed by the supervisor"
+        rows.append([f"metric visible, sandbox {mode} ({how})", f"{p50:.2f} s", f"{p95:.2f} s", ""])
+    print(table(["row", "p50", "p95", "vs sandbox off (p50 / p95)"], rows))
+    ratio = percentile(launch["on"], 50) / base50
+    print(f"launch goal (sandboxed p50 <= 1.10x): {ratio:.2f}x {verdict(ratio, 1.10, False)}")
+    worst = max(metric["on"])
+    print(f"metric goal (visible within 2 s): worst {worst:.2f} s {verdict(worst, 2.0, False)}")
+
+
+if __name__ == "__main__":
+    main()
