@@ -597,6 +597,27 @@ class Client:
         self.reconcile()
         return gpu_table(self.store.gpu_rows(), self.store.running_rows("local"))
 
+    def capacity(self) -> dict[str, dict[str, int]]:
+        """This machine's CPU slots and GPUs: how many, in use, and jobs queued for each."""
+        self.reconcile()
+        live = self.store.live_rows("local")
+        running = [r for r in live if r.status == JobStatus.RUNNING.value]
+        queued = [r for r in live if r.status == JobStatus.QUEUED.value]
+        wants_gpu = [bool(r.spec_dict().get("gpus")) for r in queued]
+        return {
+            "cpu_slots": {
+                "total": local.cpu_slots(),
+                "used": sum(1 for r in running if not r.gpu_list()),
+                "queued": wants_gpu.count(False),
+            },
+            "gpus": {
+                "total": len(local.gpu_indices()),
+                "schedulable": len(local.schedulable_gpus(self.store)),
+                "used": len({g for r in running for g in r.gpu_list()}),
+                "queued": wants_gpu.count(True),
+            },
+        }
+
     def holders(self) -> dict[str, str]:
         """Each running job as `job-id (project)`, or `(project, borrowing)` beyond its quota."""
         return {

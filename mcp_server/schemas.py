@@ -189,6 +189,9 @@ class WaitReply(_Reply):
 
 class GpuList(_Reply):
     gpus: list[GpuInfo]
+    capacity: dict[str, dict[str, int]] | None = Field(
+        default=None, description="cpu_slots and gpus: total, used, queued"
+    )
 
 
 class StudyReply(BaseModel):

@@ -28,6 +28,13 @@ def gpus(as_json: bool = JsonOpt) -> None:
     if as_json:
         emit_json(items)
         return
+    cap = c.capacity()
+    cpu, gpu = cap["cpu_slots"], cap["gpus"]
+    say(
+        out,
+        f"capacity: CPU slots {cpu['used']}/{cpu['total']} in use, {cpu['queued']} queued;"
+        f" GPUs {gpu['used']}/{gpu['schedulable']} in use, {gpu['queued']} queued",
+    )
     if not items:
         say(out, f"no GPUs: {provider().note}. CPU jobs (--gpus 0) still run.")
         return

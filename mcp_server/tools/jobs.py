@@ -309,5 +309,6 @@ def cancel_job(
 
 
 def list_gpus(client: Client) -> GpuList:
-    """This machine's GPUs: index, name, memory, health, cordon and why, the jobs on each."""
-    return GpuList(gpus=client.gpus())
+    """This machine's GPUs (index, name, memory, health, cordon and why, the jobs on each) and
+    capacity: CPU slots and GPUs, total, used, queued."""
+    return GpuList(gpus=client.gpus(), capacity=client.capacity())

@@ -178,7 +178,10 @@ def schedule(
                 decision.starts.append(Start(job.job_id, ()))
                 cpu_free -= 1
             else:
-                decision.reasons[job.job_id] = "waiting for a CPU slot"
+                decision.reasons[job.job_id] = (
+                    f"waiting for a CPU slot (all {inv.cpu_slots} in use; AIR_CPU_SLOTS sets"
+                    " how many; list_gpus shows capacity)"
+                )
             continue
         if job.gpus > len(pool):
             decision.reasons[job.job_id] = (
