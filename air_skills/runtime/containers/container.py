@@ -243,15 +243,19 @@ def run_argv(
     return argv
 
 
-def mounts(jdir: Path, tracking_uri: str | None) -> list[Mount]:
+def mounts(jdir: Path, tracking_uri: str | None, data: list[str] | None = None) -> list[Mount]:
     """What a container job sees besides its code, each at its own path on the host: the job
     folder (config, checkpoints, rank logs), each data input read-only (the links in
-    ``$AIR_DATA_DIR`` then resolve inside), and a file-based MLflow store's folder."""
+    ``$AIR_DATA_DIR`` then resolve inside), and a file-based MLflow store's folder.
+
+    ``data``: the inputs' real paths as checked against the roots at start (launch_env); only
+    those are mounted, never what the links in the job's folder point at now."""
     out = [Mount(os.fspath(jdir), os.fspath(jdir))]
-    data = jdir / "data"
-    links = sorted(data.iterdir()) if data.is_dir() else []
-    for link in links:
-        real = os.path.realpath(link)
+    if data is None:
+        folder = jdir / "data"
+        links = sorted(folder.iterdir()) if folder.is_dir() else []
+        data = [os.path.realpath(link) for link in links]
+    for real in data:
         out.append(Mount(real, real, read_only=True))
     store = _store_folder(tracking_uri)
     if store is not None and not any(m.target == store for m in out):
@@ -281,6 +285,7 @@ def job_argv(
     env: dict[str, str],
     gpus: list[int],
     passed: list[str],
+    data: list[str] | None = None,
 ) -> list[str]:
     """The job's command as ``<engine> run``: its code at WORKDIR, its folder, data and
     tracking store mounted, its environment contract (AIR_*, MLflow, ``passed``) and GPUs."""
@@ -300,7 +305,7 @@ def job_argv(
         command,
         code=code,
         code_sub=sub,
-        mounts=mounts(jdir, uri),
+        mounts=mounts(jdir, uri, data),
         env_names=names,
         env_values=values,
         gpus=gpus,

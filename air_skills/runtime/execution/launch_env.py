@@ -215,7 +215,7 @@ def command_launch(
         passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]
         passed += [*gang.gang_env(), "CUDA_DEVICE_ORDER"]
         argv = container.job_argv(
-            image, job_id, argv, jdir=jdir, cwd=cwd, env=env, gpus=gpus, passed=passed
+            image, job_id, argv, jdir=jdir, cwd=cwd, env=env, gpus=gpus, passed=passed, data=data
         )
         cwd = os.fspath(jdir)
         env.update(image.engine_env)  # air's engine settings (engine_config.py), if any
