@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import stat
 from pathlib import Path
+from typing import Any
 
 from air_skills import settings
 from air_skills.errors import NotFound, StoreError
@@ -146,6 +148,48 @@ def job_dir(home: Path, job_id: str) -> Path:
     return home / "jobs" / check_job_id(job_id)
 
 
+# --- reading a job folder's files: a job (or anyone who can write the folder) may have swapped
+# one for a FIFO, a device or a link; opened non-blocking, without following a link, regular
+# files only, so no reader (supervisor, reconcile, `air ls`, `air logs`) ever waits on one.
+
+MAX_JOB_FILE_BYTES = 16 << 20  # a record, plan, env or config file; logs are streamed
+_OPEN_JOB_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class NotRegularFile(OSError):
+    """A job-folder path that is a FIFO, device, socket or folder, or is too big to read."""
+
+
+def open_job_file(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of ``path``, a regular file; never blocks. FileNotFoundError when
+    missing, OSError (ELOOP) for a symlink, NotRegularFile for anything but a regular file."""
+    fd = os.open(path, _OPEN_JOB_FILE)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise NotRegularFile(errno.EINVAL, f"{os.fspath(path)} is {kind}", os.fspath(path))
+        os.set_blocking(fd, True)  # a regular file: reads do not wait anyway
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_job_file(path: str | os.PathLike[str], max_bytes: int = MAX_JOB_FILE_BYTES) -> bytes:
+    """The bytes of a small job-folder file (see open_job_file); NotRegularFile over max_bytes."""
+    with os.fdopen(open_job_file(path), "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise NotRegularFile(errno.EFBIG, f"{os.fspath(path)} is over {max_bytes} bytes")
+    return data
+
+
+def read_job_json(path: str | os.PathLike[str], max_bytes: int = MAX_JOB_FILE_BYTES) -> Any:
+    """A small job-folder file's JSON value; OSError or ValueError when it cannot be had."""
+    return json.loads(read_job_file(path, max_bytes))
+
+
 LAUNCH_ENV = "env.json"  # in the job's folder: the environment it was launched from
 
 
@@ -161,8 +205,10 @@ FOLDER_RECORD = "record.json"  # in the job's folder: what rebuilds its record i
 
 def write_folder_record(jdir: Path, record: dict[str, object]) -> None:
     """Keep the job's record (spec without env values) in its folder; skipped without one."""
-    try:
-        (jdir / FOLDER_RECORD).write_text(json.dumps(record, separators=(",", ":")))
+    tmp = jdir / f".{FOLDER_RECORD}.{os.getpid()}.tmp"
+    try:  # a temp file renamed over it: a FIFO put in its place is replaced, not waited on
+        tmp.write_text(json.dumps(record, separators=(",", ":")))
+        os.replace(tmp, jdir / FOLDER_RECORD)
     except OSError:
         pass  # no folder (a record made without one): nothing to rebuild it from
 
@@ -180,8 +226,7 @@ def write_job_env(jdir: Path, env: dict[str, str]) -> None:
 def read_job_env(jdir: Path) -> dict[str, str] | None:
     """The values of the job's own ``env``; None when the store's spec still holds them."""
     try:
-        with open(jdir / JOB_ENV) as f:
-            env = json.load(f)
+        env = read_job_json(jdir / JOB_ENV)
     except (OSError, ValueError):
         return None
     return env if isinstance(env, dict) else None
@@ -190,8 +235,7 @@ def read_job_env(jdir: Path) -> dict[str, str] | None:
 def read_launch_env(jdir: Path) -> dict[str, str] | None:
     """The environment the job was launched from; None for a job launched without one."""
     try:
-        with open(jdir / LAUNCH_ENV) as f:
-            env = json.load(f)
+        env = read_job_json(jdir / LAUNCH_ENV)
     except (OSError, ValueError):
         return None
     return env if isinstance(env, dict) else None

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import InvalidState, NotFound
-from air_skills.home import job_dir, read_job_env
+from air_skills.home import job_dir, read_job_env, read_job_file, read_job_json
 from air_skills.runtime.code.job_code import CODE_RECORD, PATCH_FILE, shared_view
 from air_skills.runtime.code.patch import apply_patch
 from air_skills.runtime.code.snapshot import Snapshot, load_manifest, manifest_path
@@ -112,8 +112,8 @@ def load_job_code(home: Path, job_id: str, code_column: str | None) -> JobCode:
     record: dict[str, Any] = json.loads(code_column)
     jdir = job_dir(home, job_id)
     try:
-        record.update(json.loads((jdir / CODE_RECORD).read_text()))
-    except (FileNotFoundError, ValueError):
+        record.update(read_job_json(jdir / CODE_RECORD))
+    except (OSError, ValueError, TypeError):  # missing, not a regular file, not a dict
         pass  # the store's column has the digest; the root and cwd are then unknown
     digest = record["digest"]
     if not manifest_path(home, digest).is_file():
@@ -121,8 +121,8 @@ def load_job_code(home: Path, job_id: str, code_column: str | None) -> JobCode:
     code = JobCode(home, job_id, digest, load_manifest(home, digest), record)
     if record.get("patched"):
         try:
-            code.patch = (jdir / PATCH_FILE).read_text(encoding="utf-8")
-        except FileNotFoundError:
+            code.patch = read_job_file(jdir / PATCH_FILE).decode("utf-8")
+        except (OSError, ValueError):  # missing, a FIFO in its place, not UTF-8
             raise _gone(job_id, "its patch file") from None
         code.overrides = apply_patch(code.patch, code.read)
     return code

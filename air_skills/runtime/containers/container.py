@@ -21,6 +21,7 @@ from pathlib import Path
 
 from air_skills import settings
 from air_skills.errors import InvalidInput
+from air_skills.home import read_job_json
 from air_skills.runtime.containers import image_cache
 
 ENGINES = ("podman", "docker")
@@ -154,12 +155,12 @@ class ContainerJob:
 def load(jdir: Path) -> ContainerJob | None:
     """The job's container record; None for a job that runs on the host."""
     try:
-        data = json.loads((jdir / RECORD).read_text())
-    except (OSError, ValueError):
+        data = read_job_json(jdir / RECORD)  # never waits on a FIFO put in its place
+        env = {str(k): str(v) for k, v in (data.get("engine_env") or {}).items()}
+        fixes = tuple(data.get("fixes") or ())
+        return ContainerJob(data["engine"], data["image"], data["image_id"], fixes, env)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    env = {str(k): str(v) for k, v in (data.get("engine_env") or {}).items()}
-    fixes = tuple(data.get("fixes") or ())
-    return ContainerJob(data["engine"], data["image"], data["image_id"], fixes, env)
 
 
 def container_name(job_id: str) -> str:
@@ -317,9 +318,9 @@ def _code_root(jdir: Path, cwd: str | None) -> tuple[str | None, str]:
     """(the folder mounted at WORKDIR, the working directory below it): a snapshot's whole
     view (code.json), else the job's working directory itself."""
     try:
-        record = json.loads((jdir / "code.json").read_text())
+        record = read_job_json(jdir / "code.json")
         return str(record["view"]), str(record.get("cwd") or "")
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return cwd, ""
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
+from air_skills.home import open_job_file
 from air_skills.runtime.containers import engine_config
 from air_skills.runtime.containers.container import (
     QUICK_S,
@@ -80,7 +80,7 @@ def _tail(log_path: str | None) -> str:
     if not log_path:
         return ""
     try:
-        with Path(log_path).open("rb") as f:
+        with os.fdopen(open_job_file(log_path), "rb") as f:  # never waits on a FIFO
             f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
             return f.read().decode("utf-8", "replace")
     except OSError:

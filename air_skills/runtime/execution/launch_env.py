@@ -5,7 +5,7 @@ Stdlib only: the supervisor, the local backend and the Ray entrypoint all build 
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import subprocess
 from dataclasses import dataclass
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills import settings
-from air_skills.home import job_dir, read_job_env, read_launch_env
+from air_skills.home import job_dir, open_job_file, read_job_env, read_job_json, read_launch_env
 from air_skills.runtime.containers import container
 from air_skills.runtime.execution import gang, metric_relay, rendezvous, sandbox
 from air_skills.runtime.store.records import JobRecord
@@ -132,6 +132,10 @@ def command_launch(
         ckpt.mkdir(exist_ok=True)
     except FileNotFoundError:
         raise JobFolderGone(jdir) from None
+    # What the job opens by name must be what air wrote: a FIFO there would hang the job's
+    # start (the command fails to start instead: NotRegularFile, an OSError, names it).
+    with contextlib.suppress(FileNotFoundError):
+        os.close(open_job_file(jdir / "config.json"))
     # The environment of the process that launched the job, whoever starts it.
     launched = read_launch_env(jdir)
     env = launched if launched is not None else dict(os.environ)
@@ -257,7 +261,7 @@ def _data_at_start(jdir: Path, spec: dict[str, Any], launched: dict[str, str] | 
 def _code_view(jdir: Path) -> tuple[str, str] | None:
     """(cwd inside the job's code view, snapshot digest); None for a ``code: live`` job."""
     try:
-        record = json.loads((jdir / "code.json").read_text())
+        record = read_job_json(jdir / "code.json")
     except (FileNotFoundError, ValueError):
         return None
     view = Path(record["view"])

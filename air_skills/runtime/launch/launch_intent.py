@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from air_skills.home import JOB_ID_RE, check_job_id
+from air_skills.home import JOB_ID_RE, check_job_id, read_job_json
 from air_skills.runtime.process import proc
 
 INTENTS = ".launching"  # under jobs/: names that are not job ids, so no reader of jobs/ sees them
@@ -57,8 +57,7 @@ def rewrite(home: Path, job_id: str, intent: dict[str, Any]) -> None:
 def read(home: Path, job_id: str) -> dict[str, Any] | None:
     """The intent, or None when there is none (or it cannot be read)."""
     try:
-        with open(_path(home, job_id)) as f:
-            intent = json.load(f)
+        intent = read_job_json(_path(home, job_id))
     except (OSError, ValueError):
         return None
     return intent if isinstance(intent, dict) else None

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from air_skills.runtime.results.log_read import open_log
+
 MAX_PATTERN_CHARS = 500
 MAX_MATCHES = 200
 # A line is searched in its first MAX_LINE_BYTES only: a pattern that backtracks badly then
@@ -76,9 +78,8 @@ def search_log(
     found: deque[LogMatch] = deque(maxlen=keep if last_match else None)
     result = LogSearch(pattern=pattern)
     offset = 0
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+    f = open_log(path)  # a FIFO in the log's place is refused, not waited on
+    if f is None:
         return result
     stop_at = time.monotonic() + deadline_s
     with f:

@@ -7,7 +7,10 @@ caller can warn about them instead of failing.
 from __future__ import annotations
 
 import math
+import os
 import re
+
+from air_skills.home import open_job_file
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,249}$")
 
@@ -47,7 +50,7 @@ def parse_summary(text: str) -> tuple[dict[str, float], list[str]]:
 
 def read_tail(path: str, max_bytes: int = 64 * 1024) -> str:
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_job_file(path), "rb") as f:  # never waits on a FIFO
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - max_bytes))

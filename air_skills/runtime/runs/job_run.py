@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from air_skills.home import job_dir, read_launch_env
+from air_skills.home import job_dir, read_job_json, read_launch_env
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 
@@ -36,7 +36,7 @@ def write_plan(jdir: Path, plan: dict[str, Any]) -> None:
 
 def read_plan(jdir: Path) -> dict[str, Any] | None:
     try:
-        plan = json.loads((jdir / PLAN).read_text())
+        plan = read_job_json(jdir / PLAN)
     except (OSError, ValueError):
         return None
     return plan if isinstance(plan, dict) else None
@@ -77,7 +77,7 @@ def _run_tags(row: JobRecord, plan: dict[str, Any]) -> dict[str, str]:
 
 def _config(jdir: Path) -> dict[str, Any]:
     try:
-        config = json.loads((jdir / "config.json").read_text())
+        config = read_job_json(jdir / "config.json")
     except (OSError, ValueError):
         return {}
     return config if isinstance(config, dict) else {}
