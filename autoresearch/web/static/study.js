@@ -146,7 +146,7 @@
 
   // The table draws only the rows in view (one line each): 1,000 trials cost what 40 do.
   const BUFFER_ROWS = 15;
-  let tableRows = [], rowH = 29;
+  let tableRows = [], rowH = 28, measured = false; // 28 px: the CSS's row height
 
   function renderTable(v) {
     const key = ui.sort;
@@ -172,10 +172,13 @@
     const last = Math.min(tableRows.length, first + Math.ceil(wrap.clientHeight / rowH) + 2 * BUFFER_ROWS);
     const gap = (n) => (n > 0 ? `<tr class=gap style="height:${n * rowH}px"><td colspan=${COLS.length}></td></tr>` : "");
     body.innerHTML = gap(first) + tableRows.slice(first, last).map(rowHtml).join("") + gap(tableRows.length - last);
-    const one = body.querySelector("tr.trial");
-    if (one && Math.abs(one.getBoundingClientRect().height - rowH) > 0.5) {
-      rowH = one.getBoundingClientRect().height; // measured once: the gaps then match the rows
-      drawWindow();
+    const one = measured ? null : body.querySelector("tr.trial");
+    if (one) {
+      measured = true; // once, after the first paint: the gaps then match the rows exactly
+      requestAnimationFrame(() => {
+        const h = one.getBoundingClientRect().height;
+        if (h > 0 && Math.abs(h - rowH) > 0.5) { rowH = h; drawWindow(); }
+      });
     }
   }
 
