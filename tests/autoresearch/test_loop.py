@@ -63,7 +63,10 @@ def max_overlap(stamps: Path) -> tuple[int, int]:
     return len(points) // 2, peak
 
 
-def test_concurrency_budget_report_and_mlflow(study_home: Path, tmp_path: Path) -> None:
+def test_concurrency_budget_report_and_mlflow(
+    study_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the trials stamp into tmp_path, outside their folder
     stamps = tmp_path / "stamps"
     stamps.mkdir()
     study = parse_study(
