@@ -1,0 +1,43 @@
+"""`autoresearch demo`: budgeted by trials (not wall time), short trials, a visible win over the
+baseline, and the paths of the report and the plot (issue 23)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoresearch.cli import DEMO_BASE, demo_study, find_examples
+
+
+def test_the_demo_is_budgeted_by_trials_with_short_trials() -> None:
+    study = demo_study(find_examples(), "tpe", 12)
+    assert study["budget"]["trials"] == 12 and "wall_time_min" not in study["budget"]
+    assert study["base_config"]["steps"] == DEMO_BASE["steps"] <= 300
+    assert study["early_stopping"]["min_steps"] < study["base_config"]["steps"]
+
+
+@pytest.mark.slow
+def test_the_demo_shows_a_win_and_prints_the_report_and_plot(
+    air_home: Path, tmp_path: Path
+) -> None:
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run(
+        [str(bin_dir / "autoresearch"), "demo", "--trials", "6", "--no-page"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "COLUMNS": "200"},
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    gain = re.search(r"baseline val_loss \S+ -> best \S+ \((-?\d+)% lower\)", done.stdout)
+    assert gain and int(gain.group(1)) >= 20, done.stdout[-2000:]
+    report = re.search(r"^report: (\S+)$", done.stdout, re.M)
+    plot = re.search(r"^plot:\s+(\S+)$", done.stdout, re.M)
+    assert report and Path(report.group(1)).is_file()
+    assert plot and Path(plot.group(1)).is_file() and plot.group(1).endswith(".png")
