@@ -37,6 +37,7 @@ PHASES = ("phases", "checkpoints/.air-phases")  # air_skills/job.py writes there
 PROGRESS = "progress.json"
 STACKS = "stacks.txt"
 GPU_BUSY_PCT = 5.0  # a GPU of the job at least this busy is working
+CHECK_MAX_S = 3.0  # the longest time between two reads of the signals
 
 
 def timeout_s(spec: dict[str, Any], launched: dict[str, str] | None) -> float | None:
@@ -86,6 +87,7 @@ class StallWatch:
         run_id: str | None = None,
         gpus: list[int] | None = None,
         now: float | None = None,
+        started_wall: float | None = None,
     ) -> None:
         self.jdir = jdir
         self.log_path = log_path
@@ -94,11 +96,17 @@ class StallWatch:
         self.run_id = run_id
         self.gpus = gpus or []
         self.started = time.monotonic() if now is None else now
-        self.started_wall = time.time()
+        # When the attempt started (its record's started_at): a phase file older than this is
+        # an earlier attempt's; one the command wrote before this supervisor booted is not.
+        self.started_wall = time.time() if started_wall is None else started_wall
         self.last_progress = self.started
         self.max_gap_s = 0.0
         self.deep_every = min(10.0, max(0.5, budget_s / 6))
         self.next_deep = self.started + self.deep_every
+        # The clock is read every few seconds, not at each of the supervisor's ticks: a stall is
+        # still found within CHECK_MAX_S (+ a tick) of its budget, at a third of the cost.
+        self.check_every = min(CHECK_MAX_S, max(0.0, budget_s / 20))
+        self.next_check = self.started
         self.notified = False
         self._log_size = self._size(log_path)
         self._phase_mtimes = self._phase_stamp()
@@ -124,11 +132,14 @@ class StallWatch:
         return tuple(out)
 
     def _cheap(self) -> bool:
-        """The log grew, or a phase opened or closed: two stats."""
+        """The log grew (one stat), or else a phase opened or closed (two more)."""
         size = self._size(self.log_path)
+        if size != self._log_size:
+            self._log_size = size
+            return True
         stamp = self._phase_stamp()
-        moved = size != self._log_size or stamp != self._phase_mtimes
-        self._log_size, self._phase_mtimes = size, stamp
+        moved = stamp != self._phase_mtimes
+        self._phase_mtimes = stamp
         return moved
 
     def _metric_steps(self) -> bool:
@@ -195,6 +206,9 @@ class StallWatch:
 
     def check(self, now: float, pids: Callable[[], list[int]]) -> Stall | None:
         """A Stall (with the stacks taken) once the job has been quiet past its budget."""
+        if now < self.next_check:
+            return None
+        self.next_check = now + self.check_every
         moved = self._cheap()
         if not moved and now >= self.next_deep:
             self.next_deep = now + self.deep_every
@@ -267,7 +281,15 @@ def watch(
         from air_skills.tracking.sqlite_store import sqlite_path
 
         db = sqlite_path((launched or {}).get("MLFLOW_TRACKING_URI") or tracking_uri(home))
-    return StallWatch(jdir, row.log_path, budget, metrics_db=db, run_id=row.run_id, gpus=gpus)
+    return StallWatch(
+        jdir,
+        row.log_path,
+        budget,
+        metrics_db=db,
+        run_id=row.run_id,
+        gpus=gpus,
+        started_wall=row.started_at,
+    )
 
 
 def outcome(stall: Stall, row: Any, spec: dict[str, Any]) -> Outcome:
@@ -330,12 +352,12 @@ def tick(
         store.set_message(row.job_id, "RUNNING: moving again after a stall")
     if found is None:
         return None
-    store.event(row.job_id, "stalled", found.what())
     if spec.get("on_stall") == "notify":
         watch.notified = True
         store.set_message(row.job_id, notify_message(found))
+        store.event(row.job_id, "stalled", found.what())
         return None
-    return found
+    return found  # its outcome's event (failed, requeued-*) carries the stall, with the state
 
 
 def attach(home: Path, jdir: Path, row: Any, found: Stall, ready: Any = None) -> None:
@@ -356,12 +378,14 @@ def attach(home: Path, jdir: Path, row: Any, found: Stall, ready: Any = None) ->
 
 
 def stalls_since(store: Any, job_ids: list[str], since: float) -> dict[str, str]:
-    """The jobs of ``job_ids`` that stalled after ``since`` (epoch s): id -> what was seen."""
+    """The jobs of ``job_ids`` that stalled after ``since`` (epoch s): id -> what was seen
+    (a ``stalled`` event under notify; else the event of the outcome, written with it)."""
     marks = ",".join("?" * len(job_ids))
     rows = store.read(
-        "SELECT job_id, message FROM events WHERE kind = 'stalled' AND ts > ?"
-        f" AND job_id IN ({marks}) ORDER BY id",
-        (since, *job_ids),
+        "SELECT job_id, message FROM events WHERE ts > ?"
+        f" AND job_id IN ({marks}) AND (kind = 'stalled' OR instr(message, ?) > 0)"
+        " ORDER BY id",
+        (since, *job_ids, MARK),
     )
     return {r["job_id"]: r["message"] for r in rows}
 

@@ -57,23 +57,29 @@ def test_silence_from_the_start_is_covered(client: Client) -> None:
 
 
 METRICS = """
-import os, time, mlflow
-with mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"]):
-    for step in range(14):
-        mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
-        time.sleep(1)
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from air_skills.job import phase
+with phase("startup", expect_min=2):  # MLflow's import: slow on a loaded machine
+    import mlflow
+    mlflow.start_run(run_id=os.environ["MLFLOW_RUN_ID"])
+    mlflow.log_metric("loss", 1.0, step=0)
+for step in range(1, 14):
+    time.sleep(1)
+    mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+mlflow.end_run()
 """
 
 
 def test_new_metric_steps_without_prints_are_progress(client: Client) -> None:
-    """A new step every second for 14 s, nothing printed, a 9 s stall timeout (room for
-    MLflow's import on a loaded machine): not stalled."""
-    info = client.launch(JobSpec(command=[PY, "-c", METRICS], stall_timeout_min=0.15))
+    """A new step every second for 13 s, nothing printed, a 6 s stall timeout: not stalled."""
+    code = METRICS.format(repo=str(REPO))
+    info = client.launch(JobSpec(command=[PY, "-c", code], stall_timeout_min=0.1))
     done = client.wait([info.job_id], timeout_s=120)[0]
     assert done.status == JobStatus.SUCCEEDED, done.message
     assert "stalled" not in done.message
     log = Path(done.log_path or "").read_text()
-    assert log.strip() == "" or "loss" not in log  # it printed no progress of its own
+    assert "loss" not in log  # it printed no progress of its own
 
 
 SAME_STEP = """
@@ -202,7 +208,7 @@ def test_a_busy_gpu_is_progress_until_it_goes_idle(
     info = client.launch(spec)
     done = client.wait([info.job_id], timeout_s=90)[0]
     assert done.status == JobStatus.FAILED and "reason: stalled" in done.message
-    [stalled] = [e for e in client.store.events(info.job_id) if e["kind"] == "stalled"]
+    [stalled] = [e for e in client.store.events(info.job_id) if e["kind"] == "failed"]
     started = trace.stat().st_mtime
     assert stalled["ts"] - started >= 8  # never while the GPU was busy
 
@@ -222,3 +228,14 @@ def test_time_spent_queued_is_not_silence(client: Client) -> None:
     held = client.wait([holder.job_id], timeout_s=60)[0]
     assert held.status == JobStatus.SUCCEEDED, held.message
     assert (held.ended_at and done.started_at) and done.started_at >= held.ended_at  # it waited
+
+
+def test_the_stacks_are_attached_to_the_mlflow_run(client: Client) -> None:
+    info = client.launch(JobSpec(command=[PY, "-c", LOOP], stall_timeout_min=0.05))
+    done = client.wait([info.job_id], timeout_s=90)[0]
+    assert done.status == JobStatus.FAILED and "reason: stalled" in done.message
+    from mlflow.tracking import MlflowClient
+
+    mc = MlflowClient(f"sqlite:///{client.home / 'mlflow.db'}")
+    text = mc.download_artifacts(done.run_id, "air/stacks-attempt-1.txt")
+    assert "spin (<string>:6)" in Path(text).read_text()
