@@ -11,8 +11,7 @@ import cost::
 While the phase is open, the supervisor's stall clock allows it ``expect_min`` minutes of
 silence instead of the job's ``stall_timeout_min``. The phase is a small JSON file in the job's
 folder (``phases/<RANK>.json``; beside the checkpoints when the folder is not writable),
-removed when the block ends. Outside an AIR job (no AIR_JOB_DIR / AIR_CHECKPOINT_DIR) it does
-nothing.
+removed when the block ends. Outside an AIR job (no AIR_CHECKPOINT_DIR) it does nothing.
 """
 
 from __future__ import annotations
@@ -28,17 +27,16 @@ FALLBACK = ".air-phases"  # under AIR_CHECKPOINT_DIR, where the job's folder is 
 
 
 def _folders() -> list[str]:
-    """Where a phase file may go, first choice first (empty outside an AIR job)."""
-    job = os.environ.get("AIR_JOB_DIR")
+    """Where a phase file may go, first choice first (empty outside an AIR job): the job's
+    folder is the one that holds AIR_CHECKPOINT_DIR (read directly: a job pays for no
+    settings import; tests/air_skills/interface/test_settings.py lists this module)."""
     ckpt = os.environ.get("AIR_CHECKPOINT_DIR")
-    out = []
-    if job:
-        out.append(os.path.join(job, PHASES))
-    elif ckpt:
-        out.append(os.path.join(os.path.dirname(os.path.abspath(ckpt)), PHASES))
-    if ckpt:
-        out.append(os.path.join(ckpt, FALLBACK))
-    return out
+    if not ckpt:
+        return []
+    return [
+        os.path.join(os.path.dirname(os.path.abspath(ckpt)), PHASES),
+        os.path.join(ckpt, FALLBACK),
+    ]
 
 
 def _write(name: str, expect_min: float) -> str | None:

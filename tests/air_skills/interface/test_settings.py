@@ -24,6 +24,9 @@ NAME_RE = re.compile(r"\bAIR_[A-Z][A-Z0-9_]*\b")
 
 # Variables still read directly somewhere (being converted to settings.get); only shrinks.
 NOT_YET_CONVERTED: set[str] = set()
+# Modules that run inside a job, stdlib only (no toolkit import cost there), and read only what
+# the job receives (settings.JOB_ENV) straight from its environment.
+JOB_SIDE = {Path("air_skills") / "job.py"}
 
 
 def _sources() -> list[Path]:
@@ -97,6 +100,7 @@ def test_no_module_but_settings_reads_air_variables() -> None:
         for p in _sources()
         if p != ROOT / "air_skills" / "settings.py"
         for line, name in _direct_reads(p)
+        if not (p.relative_to(ROOT) in JOB_SIDE and name in settings.JOB_ENV)
     }
     unexpected = sorted(where for where, name in found.items() if name not in NOT_YET_CONVERTED)
     assert not unexpected, "read these through air_skills.settings.get"
