@@ -146,7 +146,8 @@ def gc(
     dry_run: bool = typer.Option(False, "--dry-run", help="say what would go; remove nothing"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Remove code snapshots no job within AIR_SNAPSHOT_RETENTION_DAYS uses."""
+    """Remove code snapshots no job within AIR_SNAPSHOT_RETENTION_DAYS uses, and spare MLflow
+    runs no supervisor keeps."""
     report = client().code.gc(dry_run=dry_run)
     if as_json:
         emit_json(report)
@@ -156,5 +157,7 @@ def gc(
         out,
         f"{verb} {report['manifests_removed']} snapshots, {report['blobs_removed']} files"
         f" ({report['bytes_freed'] / 1e6:.1f} MB), {report['views_removed']} job views; kept"
-        f" {report['manifests_kept']} snapshots ({report['retention_days']:g}-day window)",
-    )
+        f" {report['manifests_kept']} snapshots ({report['retention_days']:g}-day window)"
+        + (f"; {verb} {report['spare_runs_ended']} spare MLflow runs no supervisor keeps"
+           if report.get("spare_runs_ended") else ""),
+    )  # fmt: skip

@@ -158,9 +158,11 @@ class MlflowTracker:
             ) from None
 
     def create_spare(self, experiment: str) -> tuple[str, str]:
-        """A RUNNING run made ahead of any job (runtime/runs/spare_runs.py); (run_id, exp_id)."""
+        """A run made ahead of any job (runtime/runs/spare_runs.py); (run_id, exp_id). It is
+        SCHEDULED, not RUNNING: nothing runs in it until a job claims it (``fill_run``)."""
         exp_id = self.experiment_id(experiment)
         run = self.client.create_run(exp_id, tags={SPARE_TAG: "1"}, run_name="air-spare")
+        self.client.update_run(run.info.run_id, status="SCHEDULED")
         return run.info.run_id, exp_id
 
     def fill_run(
@@ -170,7 +172,7 @@ class MlflowTracker:
         params. The job may have logged params of its own already: a clash leaves its value."""
         from mlflow.entities import Param, RunTag
 
-        self.client.update_run(run_id, name=name)
+        self.client.update_run(run_id, status="RUNNING", name=name)  # a spare was SCHEDULED
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         try:
             self.client.delete_tag(run_id, SPARE_TAG)

@@ -119,7 +119,8 @@ def create_run(uri: str, experiment: str, *, name: str, tags: dict[str, str]) ->
 
 
 def live_runs(uri: str, run_ids: list[str]) -> set[str]:
-    """Those of ``run_ids`` that can still take metrics (RUNNING, run and experiment active)."""
+    """Those of ``run_ids`` that can still take metrics (SCHEDULED or RUNNING, run and
+    experiment active)."""
     out = set()
     for run_id in run_ids:
         try:
@@ -129,7 +130,7 @@ def live_runs(uri: str, run_ids: list[str]) -> set[str]:
         except (OSError, ValueError, KeyError, RestError):
             continue
         if (
-            info.get("status") == "RUNNING"
+            info.get("status") in ("SCHEDULED", "RUNNING")
             and info.get("lifecycle_stage") == "active"
             and exp["experiment"].get("lifecycle_stage") == "active"
         ):

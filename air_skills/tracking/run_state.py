@@ -1,8 +1,9 @@
 """Whether MLflow runs can still take a job's metrics, checked without importing MLflow.
 
-A spare run is handed to a job only if it is RUNNING and neither it nor its experiment was
-deleted (MLflow refuses metrics for those). On the sqlite store MLflow's own tables are read
-(read-only, as tracking/mlflow.py's fast reads do); on a tracking server, its REST API.
+A spare run is handed to a job only if it is SCHEDULED (as spares are made) or RUNNING and
+neither it nor its experiment was deleted (MLflow refuses metrics for those). On the sqlite
+store MLflow's own tables are read (read-only, as tracking/mlflow.py's fast reads do); on a
+tracking server, its REST API.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def usable_runs(uri: str, run_ids: list[str]) -> set[str]:
         rows = conn.execute(
             "SELECT r.run_uuid FROM runs r JOIN experiments e"
             " ON e.experiment_id = r.experiment_id"
-            f" WHERE r.run_uuid IN ({marks}) AND r.status = 'RUNNING'"
+            f" WHERE r.run_uuid IN ({marks}) AND r.status IN ('SCHEDULED', 'RUNNING')"
             " AND r.lifecycle_stage = 'active' AND e.lifecycle_stage = 'active'",
             run_ids,
         ).fetchall()

@@ -22,9 +22,15 @@ from air_skills.runtime.store.records import JobRecord
 class CodeOps:
     """What ``air diff``, ``air code export``, ``air gc`` and the MCP code resource call."""
 
-    def __init__(self, home: Path, row: Callable[[str], JobRecord]) -> None:
+    def __init__(
+        self,
+        home: Path,
+        row: Callable[[str], JobRecord],
+        sweep: Callable[[bool], dict[str, Any]] | None = None,
+    ) -> None:
         self.home = home
         self._row = row  # job id -> its record; raises NotFound for an unknown job
+        self._sweep = sweep  # what else `air gc` collects (spare MLflow runs), given dry_run
 
     def job_code(self, job_id: str) -> JobCode:
         """The job's code as launched (manifest + patch) from the store."""
@@ -64,5 +70,9 @@ class CodeOps:
         return out
 
     def gc(self, dry_run: bool = False) -> dict[str, Any]:
-        """Remove snapshots that no job within the retention window uses (``air gc``)."""
-        return collect(self.home, dry_run=dry_run)
+        """Remove snapshots that no job within the retention window uses (``air gc``), and
+        spare MLflow runs that no supervisor keeps."""
+        report = collect(self.home, dry_run=dry_run)
+        if self._sweep is not None:
+            report.update(self._sweep(dry_run))
+        return report

@@ -12,6 +12,8 @@ Only pools that a launch asked for are kept filled (``want_spares``, renewed by 
 that uses them, dropped after WANT_FOR_S without one): a home launched from the Python API
 alone, which creates its runs itself, never holds spares. Spares older than MAX_AGE_S are
 deleted (a run's start time is its creation's); those of a deleted experiment are dropped.
+A spare is SCHEDULED in MLflow, never RUNNING, until a job claims it; ``air gc`` ends and
+deletes those that no live supervisor keeps (``sweep``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from air_skills.runtime.process.proc import alive
 from air_skills.runtime.store.store import Store
-from air_skills.tracking.mlflow import DEFAULT_EXPERIMENT
+from air_skills.tracking.mlflow import DEFAULT_EXPERIMENT, MlflowTracker
 from air_skills.tracking.run_state import checkable, usable_runs
 
 PER_POOL = 4  # spares kept per (URI, experiment): a burst of this many launches finds one each
@@ -136,6 +139,31 @@ def _expire(store: Store, tracker: Any) -> None:
             tracker.delete_run(run_id)
         except Exception:
             pass  # deleted already: the record is gone all the same
+
+
+def sweep(store: Store, dry_run: bool = False) -> dict[str, int]:
+    """``air gc``'s part: when no supervisor of this home is alive (none keeps the pools), end
+    every spare run (KILLED, then deleted: hidden in MLflow) and forget it. A spare that a
+    launch claims meanwhile is left to its job. Tracking errors leave the rest as they are."""
+    rows = store.all_spares()
+    if any(alive(pid, None) for pid in store.supervisor_pids()):
+        return {"spare_runs_ended": 0, "spare_runs_kept": len(rows)}
+    ended = 0
+    trackers: dict[str, MlflowTracker] = {}
+    for row in rows:
+        if dry_run:
+            ended += 1
+            continue
+        if not store.forget_spare(row["run_id"]):
+            continue  # a launch took it
+        ended += 1
+        try:
+            tracker = trackers.setdefault(row["uri"], MlflowTracker(store.home, row["uri"]))
+            tracker.client.set_terminated(row["run_id"], "KILLED")
+            tracker.delete_run(row["run_id"])
+        except Exception:
+            pass  # its store is gone or down: the record is gone all the same
+    return {"spare_runs_ended": ended, "spare_runs_kept": 0}
 
 
 def _try_lock(home: Path) -> Any:

@@ -47,6 +47,14 @@ class SpareStore(PoolStore):
         with self.tx() as c:
             c.executemany("DELETE FROM spare_runs WHERE run_id=?", [(r,) for r in run_ids])
 
+    def all_spares(self) -> list[sqlite3.Row]:
+        return self.read("SELECT run_id, uri FROM spare_runs ORDER BY created_at", ())
+
+    def forget_spare(self, run_id: str) -> bool:
+        """Take one spare out of the pool to end it: False when a launch claimed it first."""
+        with self.tx() as c:
+            return self.take_spare(c, run_id)
+
     def spares_made_before(self, before: float) -> list[sqlite3.Row]:
         return self.read("SELECT run_id, uri FROM spare_runs WHERE created_at < ?", (before,))
 
