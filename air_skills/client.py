@@ -14,11 +14,12 @@ from typing import Any
 from air_skills import settings
 from air_skills.backends.base import Backend, backend
 from air_skills.backends.info import row_to_info
-from air_skills.errors import InvalidInput, InvalidSpec, InvalidState, NotFound
+from air_skills.errors import AirError, InvalidInput, InvalidSpec, InvalidState, NotFound
 from air_skills.gpu.providers import provider
 from air_skills.home import check_job_id
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
 from air_skills.polling import backoff
+from air_skills.runtime.launch import duplicates
 from air_skills.runtime.launch.launch_check import check_command, refuse
 from air_skills.runtime.launch.orphans import sweep_orphans
 from air_skills.runtime.launch.prepare import LaunchContext
@@ -172,25 +173,52 @@ class Client:
         dry_run: bool,
         snapshot: Any = None,
         strict: bool = False,
+        *,
+        batch: bool = False,
     ) -> JobInfo:
         spec = JobSpec.parse(spec)
         if "backend" not in spec.model_fields_set and self.store.setting("backend"):
             # AIR_HOME's default backend (python -m air_skills.backends.ray config --backend)
             spec = spec.model_copy(update={"backend": self.store.setting("backend")})
         spec = self._for_launcher(spec)
+        if spec.allow_duplicate is None:  # whether Store.queue refuses the same experiment
+            spec = spec.model_copy(update={"allow_duplicate": not self._dedup(batch)})
         spec = self._resolve(spec)
         spec = self._check_data(spec)  # refused data inputs: nothing is created
         problems = check_command(spec, snapshot) if dry_run or spec.check_command else []
         if problems and (strict or not dry_run):  # `pyhton`, `trian.py`: refused, none queued
             raise refuse(problems, dry_run)
-        info = self.backend(spec.backend).launch(spec, dry_run=dry_run)
+        try:
+            info = self.backend(spec.backend).launch(spec, dry_run=dry_run)
+        except AirError as exc:
+            if exc.code == "duplicate":  # its result, for the caller to read instead
+                duplicates.explain(exc, self.store, self.tracker)
+            raise
         if problems:
             info.message += "; WOULD NOT START: " + "; ".join(problems)
+        near = (
+            None
+            if dry_run
+            else duplicates.near_note(
+                self.store, info.job_id, float(settings.get("AIR_DEDUP_NEAR"))
+            )
+        )
+        if near:
+            info.message += "; " + near
         if info.code is not None and not dry_run:
             from air_skills.runtime.code.code_gc import maybe_collect
 
             maybe_collect(self.home)  # old snapshots go, at most once a day (one stat else)
         return info
+
+    def _dedup(self, batch: bool) -> bool:
+        """Whether a launch is refused as a duplicate of a queued, running or done job
+        (AIR_DEDUP: ``identities``, the default, checks air-mcp tokens' launches and batches
+        (launch_jobs, suggest_trials); ``always`` every launch; ``off`` none)."""
+        mode = settings.get("AIR_DEDUP")
+        if mode == "off":
+            return False
+        return mode == "always" or batch or self.identity is not None
 
     def _for_launcher(self, spec: JobSpec) -> JobSpec:
         """Record who launches; an identity launches in its own project, within its priority
@@ -230,6 +258,7 @@ class Client:
         row = self._row(job_id)
         snapshot = rerun_snapshot(load_job_code(self.home, job_id, row.code))
         spec = rerun_spec(self.home, job_id, row.spec_dict(), config, patch)
+        spec["allow_duplicate"] = True  # an explicit rerun is never a duplicate
         with pinned_snapshot(snapshot):
             return self._launch(spec, dry_run, snapshot, strict=strict)
 
@@ -241,15 +270,27 @@ class Client:
     ) -> list[JobInfo]:
         """Launch many jobs as one: every item validated and dry-run checked (executable,
         script, data, patch) before any is queued; one refused item refuses them all, each
-        problem named. Item n without its own key gets ``idempotency_key#n``."""
+        problem named. Item n without its own key gets ``idempotency_key#n``. An item whose
+        experiment is queued, running or done (AIR_DEDUP) is not queued: its place holds that
+        job, its message saying DUPLICATE."""
         from air_skills.batch import launch_all
 
         return launch_all(
             specs,
             check=lambda spec: self._launch(spec, True, strict=True),
-            launch=None if dry_run else (lambda spec: self._launch(spec, False)),
+            launch=None if dry_run else self._launch_or_duplicate,
             idempotency_key=idempotency_key,
         )
+
+    def _launch_or_duplicate(self, spec: JobSpec | dict[str, Any]) -> JobInfo:
+        """Launch (a batch's item): a duplicate gives the job that already runs it."""
+        try:
+            return self._launch(spec, False, batch=True)
+        except AirError as exc:
+            if exc.code != "duplicate":
+                raise
+            info = self.get(str(exc.context["job_id"]))
+            return info.model_copy(update={"message": f"DUPLICATE, not queued: {exc.message}"})
 
     def seed_groups(
         self,

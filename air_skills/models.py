@@ -229,6 +229,11 @@ class JobSpec(_Strict):
         max_length=64,
         description="who launched it (set by the Client: a token's name or the local user)",
     )
+    allow_duplicate: bool | None = Field(
+        default=None,
+        description="run it even when the same experiment is queued, running or done (default:"
+        " AIR_DEDUP decides whether that is refused as a duplicate)",
+    )
     image: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$",

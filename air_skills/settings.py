@@ -56,6 +56,20 @@ _TABLE = (
         default_text="`default`",
     ),
     Setting(
+        "AIR_DEDUP", "str", "identities",
+        "which launches are refused as a `duplicate` when the same experiment (spec, code, config,"
+        " seed included) is queued, running or done (`allow_duplicate` overrides it):"
+        " `identities` checks launches by an air-mcp token and launch_jobs/suggest_trials,"
+        " `always` every launch, `off` none",
+        "`identities`, `always` or `off`", lambda v: v in ("identities", "always", "off"),
+    ),
+    Setting(
+        "AIR_DEDUP_NEAR", "float", 0.05,
+        "a launch whose config differs from a queued, running or done job's only in numbers,"
+        " each within this relative distance, is warned about (the closest job named)",
+        "a number >= 0", _at_least(0),
+    ),
+    Setting(
         "AIR_DATA_ROOTS", "str", None,
         "the folders that data inputs may come from, separated by `os.pathsep` (`:`)",
         default_text="unset: every data input is refused",

@@ -105,6 +105,8 @@ def render_job(job: Any, metric: str | None = None) -> str:
     if getattr(job, "config", None):
         lines.append(f"config: {short_config(job.config)}")
     where = [f"run {job.run_id}" if job.run_id else "not tracked"]
+    if getattr(job, "launched_by", None):
+        where.append(f"launched by {job.launched_by}")
     if job.log_path:
         where.append(f"log {job.log_path}")
     lines.append("; ".join(where))
@@ -122,14 +124,20 @@ def render_page(page: JobPage) -> str:
     if page.next_cursor:
         head += f"; older ones: call list_jobs with cursor={page.next_cursor}"
     lines = [head]
+    shared = len({j.launched_by for j in page.items}) > 1  # several launchers: say who
     if not page.metric:  # a run of jobs in one status on one line
         for status, group in itertools.groupby(page.items, key=lambda j: j.status):
-            jobs = "; ".join(f"{j.job_id} {j.name}{_kind(j)}" for j in group)
+            jobs = "; ".join(f"{j.job_id} {j.name}{_kind(j)}{_by(j, shared)}" for j in group)
             lines.append(f"{status}: {jobs}")
         return "\n".join(lines)
-    for j in page.items:
-        lines.append(f"{j.job_id} {j.name} {j.status}{_kind(j)} {render_score(j.score)}")
+    for j in page.items:  # a leaderboard always says who ran each: the pool's shared board
+        line = f"{j.job_id} {j.name} {j.status}{_kind(j)}{_by(j, True)}"
+        lines.append(f"{line} {render_score(j.score)}")
     return "\n".join(lines + render_groups(page.groups, page.metric))
+
+
+def _by(job: Any, shown: bool) -> str:
+    return f" by {job.launched_by}" if shown and job.launched_by else ""
 
 
 def _kind(job: Any) -> str:

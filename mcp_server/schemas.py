@@ -72,6 +72,7 @@ class JobSummary(_Reply):
     status: str
     failure_kind: Literal["user", "infra"] | None = None
     score: MetricScore | None = None
+    launched_by: str | None = None
 
 
 class SeedGroup(_Reply):

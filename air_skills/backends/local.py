@@ -22,6 +22,7 @@ from air_skills.runtime.launch.prepare import (
     disk_full_named,
     find_by_idempotency_key,
     job_name,
+    launcher_tag,
     prepare_job,
     recording,
 )
@@ -59,7 +60,7 @@ class LocalBackend:
             data=spec.data,
             track=spec.track,
             experiment=spec.experiment,
-            tags={**spec.tags, **image_tags(image)},
+            tags={**spec.tags, **image_tags(image), **launcher_tag(spec)},
             code=code,
             run_later=True,  # the supervisor completes (or makes) the run: runtime/runs/job_run.py
         )
@@ -87,6 +88,7 @@ class LocalBackend:
                 c=c,
                 project=spec.resolved_project(),
                 jdir=job.jdir,
+                code_digest=job.code["digest"] if job.code else None,
             )
             if created and job.code is not None:
                 store.set_code(c, job.job_id, job.code)

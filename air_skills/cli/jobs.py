@@ -183,27 +183,41 @@ def ls(
         None, "--experiment", help="only jobs of this MLflow experiment"
     ),
     project: Optional[str] = typer.Option(None, "--project", help="only jobs of this project"),
+    launched_by: Optional[str] = typer.Option(
+        None, "--launched-by", help="only jobs launched by this identity (or local user)"
+    ),
     limit: int = typer.Option(50, "--limit", help="the most jobs to list (1-1000)"),
     as_json: bool = JsonOpt,
 ) -> None:
     """List jobs, newest first."""
     check_range("--limit", limit, 1, 1000)
-    page = client().list(status=status, experiment=experiment, limit=limit, project=project)
+    page = client().list(
+        status=status,
+        experiment=experiment,
+        limit=limit,
+        project=project,
+        launched_by=launched_by,
+    )
     if as_json:
         emit_json(page.items)
         return
     # One line per job, ids whole (`air logs JOB` takes them, or a prefix): in a narrow
     # terminal the name, project and message are cut, never the id, status or time.
+    # A pool shared by several launchers (air mcp-token) shows who launched each job.
+    shared = len({i.launched_by for i in page.items}) > 1
     fixed = {"job": 14, "status": 9, "gpus": 4, "tries": 5, "created": 11}
-    room = max(12, out.width - sum(fixed.values()) - 2 * 7)  # two spaces between columns
-    cut = {"name": min(12, room // 4), "project": min(10, room // 4)}
-    cut["message"] = max(4, room - cut["name"] - cut["project"])
+    cols = ["job", "name", "status", "gpus", "project", "tries", "created", "message"]
+    if shared:
+        cols.insert(5, "by")
+    room = max(12, out.width - sum(fixed.values()) - 2 * (len(cols) - 1))  # two spaces apart
+    cut = {"name": min(12, room // 4), "project": min(10, room // 4), "by": min(10, room // 5)}
+    cut["message"] = max(4, room - cut["name"] - cut["project"] - (cut["by"] if shared else 0))
     t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
-    for col in ("job", "name", "status", "gpus", "project", "tries", "created", "message"):
+    for col in cols:
         width = fixed.get(col) or cut[col]
         t.add_column(col, no_wrap=True, overflow="ellipsis", width=width)
     for i in page.items:
-        t.add_row(
+        row = [
             plain(i.job_id),
             plain(_cut(i.name, cut["name"])),
             status_text(i),
@@ -212,7 +226,10 @@ def ls(
             plain(i.attempts),
             plain(i.created_at.strftime("%m-%d %H:%M")),
             plain(_cut(" ".join(i.message.split()), cut["message"])),
-        )
+        ]
+        if shared:
+            row.insert(5, plain(_cut(i.launched_by or "-", cut["by"])))
+        t.add_row(*row)
     out.print(t)
     if page.next_cursor:
         out.print(f"[dim]more: raise --limit (showing {len(page.items)})[/]")

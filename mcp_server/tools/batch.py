@@ -42,6 +42,9 @@ def launch_jobs(
         str | None, Field(min_length=1, max_length=150, description="item n gets KEY#n")
     ] = None,
     dry_run: bool = False,
+    allow_duplicate: Annotated[
+        bool | None, Field(description="for every item: run even if the same ran or runs")
+    ] = None,
 ) -> BatchReply:
     """Launch many jobs: jobs=[spec, ...], or one spec with seeds and/or grid. All are checked
     (executable, script, patch) before any is queued. Then wait_for_jobs(group_by="seed")."""
@@ -51,6 +54,8 @@ def launch_jobs(
             hint="pass one spec in jobs with seeds/grid, or list every job without them",
         )
     specs = [_flat(s) for s in jobs]
+    if allow_duplicate is not None:  # an item's own choice first
+        specs = [{"allow_duplicate": allow_duplicate, **s} for s in specs]
     if seeds or grid:
         specs = expand(specs[0], seeds, seed_key, grid)
     infos = client.launch_many(specs, dry_run=dry_run, idempotency_key=idempotency_key)

@@ -115,6 +115,9 @@ def launch_job(
     dry_run: Annotated[
         bool, Field(description="check spec, executable, script; launch nothing")
     ] = False,
+    allow_duplicate: Annotated[
+        bool | None, Field(description="run even if the same experiment ran or runs")
+    ] = None,
 ) -> JobReply:
     """Launch a training job (queued; starts when its GPUs are free). dry_run=true first: it
     catches a bad spec, a missing executable or script. An idempotency_key makes retries safe."""
@@ -146,6 +149,7 @@ def launch_job(
         "patch": patch,
         "image": image,
         "sandbox": sandbox,
+        "allow_duplicate": allow_duplicate,
         **extra,
     }
     spec = {k: v for k, v in given.items() if v is not None}
@@ -181,6 +185,9 @@ def list_jobs(
     ] = None,
     direction: Direction = "minimize",
     group_by: GroupBy = None,
+    launched_by: Annotated[
+        str | None, Field(max_length=64, description="only this identity's jobs")
+    ] = None,
 ) -> JobPage:
     """Jobs newest first, one line each; with metric, each one's latest and best value; with
     order_by, a leaderboard (best first)."""
@@ -201,6 +208,7 @@ def list_jobs(
         metric=metric,
         order_by=order_by,
         direction=direction,
+        launched_by=launched_by,
     )
     scores = client.scores([j.job_id for j in page.items], metric, direction) if metric else {}
     groups = (
@@ -217,6 +225,7 @@ def list_jobs(
                 status=shown_status(j),
                 failure_kind=j.failure_kind,
                 score=to_score(scores.get(j.job_id)),
+                launched_by=j.launched_by,
             )
             for j in page.items
         ],

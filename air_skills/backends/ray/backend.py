@@ -52,6 +52,7 @@ from air_skills.runtime.launch.prepare import (
     LaunchContext,
     find_by_idempotency_key,
     job_name,
+    launcher_tag,
     prepare_job,
     recording,
 )
@@ -136,7 +137,7 @@ class RayBackend:
             data=spec.data,
             track=spec.track,
             experiment=spec.experiment,
-            tags={**spec.tags, "air.backend": "ray", **image_tags(image)},
+            tags={**spec.tags, "air.backend": "ray", **image_tags(image), **launcher_tag(spec)},
             code=code,
         )
         job_id = job.job_id
@@ -155,6 +156,7 @@ class RayBackend:
                 c=c,
                 project=spec.resolved_project(),
                 jdir=job.jdir,
+                code_digest=job.code["digest"] if job.code else None,
             )
             if created and job.code is not None:
                 store.set_code(c, job_id, job.code)

@@ -27,6 +27,7 @@ from air_skills.runtime.launch.prepare import (
     LaunchContext,
     find_by_idempotency_key,
     job_name,
+    launcher_tag,
     prepare_job,
     recording,
 )
@@ -74,7 +75,7 @@ class SlurmBackend:
             data=spec.data,
             track=spec.track,
             experiment=spec.experiment,
-            tags={**spec.tags, "air.backend": "slurm"},
+            tags={**spec.tags, "air.backend": "slurm", **launcher_tag(spec)},
             code=code,
         )
         (job.jdir / "output.log").touch()
@@ -90,6 +91,7 @@ class SlurmBackend:
                 c=c,
                 project=spec.resolved_project(),
                 jdir=job.jdir,
+                code_digest=job.code["digest"] if job.code else None,
             )
             if created and job.code is not None:
                 store.set_code(c, job.job_id, job.code)

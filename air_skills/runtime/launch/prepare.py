@@ -36,6 +36,12 @@ def job_name(name: str | None, command: list[str]) -> str:
     return name or Path(command[0]).name
 
 
+def launcher_tag(spec: Any) -> dict[str, str]:
+    """The run's ``air.launched_by`` tag: who launched the job (an identity or the local user)."""
+    who = getattr(spec, "launched_by", None)
+    return {"air.launched_by": who} if who else {}
+
+
 def find_by_idempotency_key(
     store: Store, key: str | None, spec: Mapping[str, Any] | None = None
 ) -> JobRecord | None:

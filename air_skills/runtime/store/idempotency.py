@@ -14,7 +14,7 @@ from typing import Any
 from air_skills.errors import InvalidState
 
 # Set by the launch itself (the image's ID is resolved and recorded at launch): not the caller's.
-_LAUNCH_FILLED = ("idempotency_key", "image_digest")
+_LAUNCH_FILLED = ("idempotency_key", "image_digest", "allow_duplicate")
 _SHOWN = 60  # characters of a differing value in the conflict message
 _MISSING = "(not set)"
 

@@ -56,6 +56,8 @@ class JobRecord:
     code: str | None
     job_class: str | None
     launched_by: str | None = None  # an identity's name (air mcp-token), or the local user
+    run_key: str | None = None  # what runs, hashed (store/dedup.py): no experiment twice
+    near_key: str | None = None  # the same without the config's numbers: near-duplicates
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRecord:

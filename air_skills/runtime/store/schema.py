@@ -45,7 +45,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     tracking_note TEXT,
     code TEXT,
     job_class TEXT,
-    launched_by TEXT
+    launched_by TEXT,
+    run_key TEXT,
+    near_key TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 -- The scheduling pass reads the head of the queue in this order (a window, not all of it).
@@ -57,6 +59,9 @@ CREATE INDEX IF NOT EXISTS jobs_class_done ON jobs(job_class, ended_at DESC)
     WHERE status='SUCCEEDED';
 -- Who launched what (the shared board, quotas per identity).
 CREATE INDEX IF NOT EXISTS jobs_launched_by ON jobs(launched_by, status);
+-- No experiment twice (store/dedup.py): the same run, and runs differing only in numbers.
+CREATE INDEX IF NOT EXISTS jobs_run_key ON jobs(run_key) WHERE run_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_near_key ON jobs(near_key) WHERE near_key IS NOT NULL;
 CREATE TABLE IF NOT EXISTS gpus (
     idx INTEGER PRIMARY KEY,
     cordoned INTEGER NOT NULL DEFAULT 0,
@@ -116,7 +121,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS identities_token ON identities(token_hash);
 """
 
 
-SCHEMA_VERSION = 8  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 9  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

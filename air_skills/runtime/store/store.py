@@ -20,7 +20,7 @@ from typing import Any
 
 from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir, write_folder_record, write_job_env
 from air_skills.runtime.results.outcomes import Outcome
-from air_skills.runtime.store import identities
+from air_skills.runtime.store import dedup, identities
 from air_skills.runtime.store.estimates import job_class
 from air_skills.runtime.store.idempotency import check_same_spec
 from air_skills.runtime.store.records import JOB_COLUMNS, JobRecord, record_in_home
@@ -55,12 +55,16 @@ class Store(SpareStore):
         *,
         project: str,
         jdir: Path | None = None,
+        code_digest: str | None = None,
     ) -> tuple[str, bool]:
         """Record a new QUEUED job; a used idempotency key gives its job (another spec: conflict).
 
         ``spec``: the validated JobSpec as JSON data (``spec.model_dump(mode="json")``);
         ``project``: its resolved project; ``jdir``: the job's folder as it is now (a launch
         builds it under a temporary name, renamed before the commit). Returns (job_id, created).
+        ``code_digest``: its snapshot's; with it the job's run key is stored, and a spec with
+        ``allow_duplicate: false`` is refused (``duplicate``) when that experiment is queued,
+        running or done (runtime/store/dedup.py).
         """
         now = time.time()
         key = spec.get("idempotency_key")
@@ -76,11 +80,15 @@ class Store(SpareStore):
                     return row[0], False
             # An identity's limits hold in this transaction: racing launches cannot both pass.
             identities.check_launch(c, spec, spec.get("launched_by"), project)
+            run_key, near_key = dedup.keys(spec, code_digest)
+            if spec.get("allow_duplicate") is False:  # the launch asked for the check
+                dedup.refuse_duplicate(c, run_key)
             c.execute(
                 "INSERT INTO jobs (job_id, name, spec, status, priority, preemptible,"
                 " gpus_requested, created_at, queued_at, log_path, backend, project,"
                 " idempotency_key, message, run_id, experiment_id, tracking_note, job_class,"
-                " launched_by) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " launched_by, run_key, near_key)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     job_id,
                     name,
@@ -102,6 +110,8 @@ class Store(SpareStore):
                     tracking_note,
                     job_class(spec),  # learned run-time estimates (runtime/store/estimates.py)
                     spec.get("launched_by"),
+                    run_key,
+                    near_key,
                 ),
             )
             self._event(c, job_id, "queued", "job queued")

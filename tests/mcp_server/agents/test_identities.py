@@ -98,9 +98,9 @@ def test_the_gpu_limit_holds_when_launches_race(client: Client) -> None:
     carol = client.as_identity(Identity("carol", "nlp", max_gpus=2))
     spec = JobSpec(command=[PY, "-c", HOLD], gpus=1, track=False, code="live")
 
-    def one(_: int) -> str:
-        try:
-            return carol.launch(spec).job_id
+    def one(n: int) -> str:
+        try:  # eight experiments (one the same eight times would be refused as duplicates)
+            return carol.launch(spec.model_copy(update={"config": {"n": n}})).job_id
         except Forbidden:
             return "refused"
 

@@ -1,0 +1,65 @@
+"""What a launch says about the experiments already run: a duplicate's result, a near one.
+
+The refusal itself happens in ``Store.queue``'s transaction (runtime/store/dedup.py); this
+module adds what the caller needs next: the duplicate's status and metrics, and after a
+launch, the closest job that differs only in numbers (a warning, not a refusal).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from air_skills.errors import AirError
+from air_skills.runtime.store import dedup
+from air_skills.runtime.store.store import Store
+
+SHOWN_METRICS = 6  # metrics of a duplicate named in its message
+
+
+def result_of(store: Store, tracker: Any, job_id: str) -> dict[str, Any]:
+    """{status, metrics}: the job's status and its latest metric values (none when untracked
+    or while tracking is down)."""
+    row = store.row(job_id)
+    if row is None:
+        return {}
+    metrics: dict[str, float] = {}
+    if row.run_id:
+        try:
+            metrics = dict(tracker.latest(row.run_id))
+        except Exception:  # tracking down or no run: the status still says where it stands
+            metrics = {}
+    return {"status": row.status, "metrics": metrics}
+
+
+def explain(exc: AirError, store: Store, tracker: Any) -> None:
+    """Add the duplicate's result (status, latest metrics) to a ``duplicate`` error."""
+    job_id = exc.context.get("job_id")
+    if not job_id:
+        return
+    result = result_of(store, tracker, str(job_id))
+    exc.context["result"] = result
+    metrics = result.get("metrics") or {}
+    if metrics:
+        shown = ", ".join(f"{k}={v:.6g}" for k, v in sorted(metrics.items())[:SHOWN_METRICS])
+        exc.message += f"; its latest metrics: {shown}"
+        exc.args = (exc.message,)
+
+
+def near_note(store: Store, job_id: str, within: float) -> str | None:
+    """A warning naming the closest queued, running or done job whose config differs from
+    ``job_id``'s only in numbers, each within ``within`` (relative); None when there is none."""
+    row = store.row(job_id)
+    if row is None or row.near_key is None or within <= 0:
+        return None
+    config = json.loads(row.spec).get("config") or {}
+    found = dedup.nearest(store.conn, row.near_key, config, within, exclude=job_id)
+    if found is None:
+        return None
+    other, distance, status = found
+    if distance == 0:
+        return f"the same experiment as {other} ({status}), run again as asked"
+    return (
+        f"NEAR-DUPLICATE of {other} ({status}): every number in the config within"
+        f" {distance:.1%} of it (AIR_DEDUP_NEAR={within:g}); read its result first"
+    )

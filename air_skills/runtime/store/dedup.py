@@ -1,0 +1,138 @@
+"""No experiment twice: a job's run key (what runs: spec, code digest, config) and the check.
+
+``run_key`` hashes what decides a job's result: command, workdir, config (seed included),
+the code snapshot's digest, patch, image, GPUs, processes, nodes, data digests, env names and
+backend. Labels (name, tags, experiment, priority, project, launched_by, idempotency key) are
+not in it: two agents that name the same experiment differently still run one experiment.
+``near_key`` is the same hash with every numeric config value left out: jobs that share it
+differ only in numbers, and ``nearest`` finds the closest one within a relative distance.
+Both are stored in indexed columns (``Store.queue``), so a check is one index look-up.
+Stdlib only: the runtime is pydantic-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from air_skills.errors import InvalidState
+
+# Spec fields that decide what runs; the rest are labels or scheduling.
+RUN_FIELDS = ("command", "workdir", "gpus", "procs", "nodes", "backend", "code", "patch")
+# A job in one of these is the experiment done or on its way; a failed or cancelled one is not.
+ALIVE_OR_DONE = ("QUEUED", "RUNNING", "SUCCEEDED")
+NEAR_CANDIDATES = 200  # jobs differing only in numbers that a near check compares, newest first
+_NUMBER = "#"
+
+
+def _what_runs(spec: Mapping[str, Any], code_digest: str | None) -> dict[str, Any]:
+    out = {k: spec.get(k) for k in RUN_FIELDS}
+    out["image"] = spec.get("image_digest") or spec.get("image")
+    out["env"] = sorted(spec.get("env") or {})
+    out["data"] = sorted(
+        (d.get("name"), d.get("digest") or d.get("path")) for d in spec.get("data") or []
+    )
+    out["code_digest"] = code_digest
+    return out
+
+
+def _hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _without_numbers(config: Any) -> Any:
+    if isinstance(config, dict):
+        return {k: _without_numbers(v) for k, v in config.items()}
+    if isinstance(config, list):
+        return [_without_numbers(v) for v in config]
+    return _NUMBER if _is_number(config) else config
+
+
+def keys(spec: Mapping[str, Any], code_digest: str | None) -> tuple[str, str]:
+    """(run_key, near_key) of a spec (JSON data) run on the code with ``code_digest``."""
+    what = _what_runs(spec, code_digest)
+    config = spec.get("config") or {}
+    return _hash({**what, "config": config}), _hash({**what, "config": _without_numbers(config)})
+
+
+def same_run(c: sqlite3.Connection, run_key: str) -> tuple[str, str, str | None] | None:
+    """(job_id, status, launched_by) of the newest queued, running or succeeded job with
+    this run key; None when there is none."""
+    marks = ",".join("?" * len(ALIVE_OR_DONE))
+    row = c.execute(
+        f"SELECT job_id, status, launched_by FROM jobs WHERE run_key=? AND status IN ({marks})"
+        " ORDER BY seq DESC LIMIT 1",
+        (run_key, *ALIVE_OR_DONE),
+    ).fetchone()
+    return (row[0], row[1], row[2]) if row else None
+
+
+def refuse_duplicate(c: sqlite3.Connection, run_key: str) -> None:
+    """Raise ``duplicate`` naming the job that already runs (or ran) this experiment."""
+    found = same_run(c, run_key)
+    if found is None:
+        return
+    job_id, status, who = found
+    raise InvalidState(
+        f"the same experiment (spec, code and config, seed included) is {job_id}"
+        f" ({status}, launched by {who or 'the local user'}): not queued again",
+        code="duplicate",
+        hint=f"read its result (get_job {job_id}, with a metric), change the config (another"
+        " seed is another experiment), or pass allow_duplicate to run it again",
+        job_id=job_id,
+        status=status,
+        launched_by=who,
+    )
+
+
+def _numbers(config: Any, path: str = "") -> Iterator[tuple[str, float]]:
+    if isinstance(config, dict):
+        for k, v in config.items():
+            yield from _numbers(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(config, list):
+        for i, v in enumerate(config):
+            yield from _numbers(v, f"{path}[{i}]")
+    elif _is_number(config):
+        yield path, float(config)
+
+
+def distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """The largest relative difference between two configs' numbers (same keys assumed)."""
+    na, nb = dict(_numbers(a)), dict(_numbers(b))
+    worst = 0.0
+    for k, x in na.items():
+        y = nb.get(k, x)
+        scale = max(abs(x), abs(y))
+        worst = max(worst, abs(x - y) / scale if scale else 0.0)
+    return worst
+
+
+def nearest(
+    c: sqlite3.Connection,
+    near_key: str,
+    config: Mapping[str, Any],
+    within: float,
+    exclude: str | None = None,
+) -> tuple[str, float, str] | None:
+    """(job_id, distance, status) of the closest queued, running or succeeded job that
+    differs from ``config`` only in numbers, each within ``within`` (relative); else None."""
+    marks = ",".join("?" * len(ALIVE_OR_DONE))
+    rows = c.execute(
+        f"SELECT job_id, status, json_extract(spec, '$.config') FROM jobs WHERE near_key=?"
+        f" AND status IN ({marks}) AND job_id != ? ORDER BY seq DESC LIMIT {NEAR_CANDIDATES}",
+        (near_key, *ALIVE_OR_DONE, exclude or ""),
+    ).fetchall()
+    best: tuple[str, float, str] | None = None
+    for job_id, status, text in rows:
+        d = distance(config, json.loads(text) if text else {})
+        if d <= within and (best is None or d < best[1]):
+            best = (job_id, d, status)
+    return best
