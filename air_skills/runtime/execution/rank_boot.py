@@ -3,8 +3,10 @@
 torchrun runs it by path, ``python rank_boot.py JOIN_DIR (SCRIPT | -c CODE | -m MODULE) ARGS``:
 stdlib only and no air_skills import, since the rank's Python may not have the toolkit. When
 the script loads ``torch.distributed``, its ``init_process_group`` is wrapped once: on entry
-the rank creates ``JOIN_DIR/<RANK>`` (its mtime is the arrival), which the supervisor reads
-(runtime/execution/rendezvous.py) to fail a gang whose other ranks never arrive. A script that never
+the rank creates ``JOIN_DIR/<RANK>`` (its mtime is the arrival), and ``JOIN_DIR/<RANK>.met``
+when the call returns (the group formed), which the supervisor reads
+(runtime/execution/rendezvous.py) to fail a gang whose other ranks never arrive, or arrive
+and never meet (a rank that changed MASTER_PORT waits alone). A script that never
 imports torch.distributed pays only this file's start. The script runs as ``__main__`` with
 its own sys.argv and sys.path[0], and a traceback of it shows none of this file's frames.
 """
@@ -19,13 +21,15 @@ from importlib.machinery import PathFinder
 from typing import Any
 
 _TARGET = "torch.distributed"
+MET = ".met"  # JOIN_DIR/<RANK>.met: the rank's init_process_group returned
 
 
-def _arrive(join_dir: str) -> None:
-    """Create JOIN_DIR/<RANK> unless there (a second init keeps the first arrival)."""
+def _arrive(join_dir: str, suffix: str = "") -> None:
+    """Create JOIN_DIR/<RANK><suffix> unless there (a second init keeps the first arrival)."""
     try:
         os.makedirs(join_dir, exist_ok=True)
-        fd = os.open(os.path.join(join_dir, os.environ.get("RANK", "0")), os.O_CREAT | os.O_EXCL)
+        name = os.environ.get("RANK", "0") + suffix
+        fd = os.open(os.path.join(join_dir, name), os.O_CREAT | os.O_EXCL)
         os.close(fd)
     except OSError:
         pass  # already there, or the folder is gone: the job's run is not this file's to stop
@@ -40,7 +44,9 @@ def _wrap(dist: Any, join_dir: str) -> None:
     @functools.wraps(real)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         _arrive(join_dir)
-        return real(*args, **kwargs)
+        out = real(*args, **kwargs)
+        _arrive(join_dir, MET)  # the group formed: this rank met the others
+        return out
 
     dist.init_process_group = init_process_group
     c10d = sys.modules.get(_TARGET + ".distributed_c10d")

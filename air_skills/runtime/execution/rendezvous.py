@@ -4,16 +4,18 @@ torchrun starts every rank of a one-node gang at once, so its own join_timeout n
 there; a rank that hangs or sleeps before ``init_process_group`` would leave the others
 blocked in it until torch's process-group timeout (30 min for gloo). Each Python rank runs
 through rank_boot.py, which creates ``<job folder>/rendezvous/<attempt>/<RANK>`` when the
-rank enters ``init_process_group``. Once the first rank has been there for the rendezvous
-timeout and some have not arrived, the supervisor stops the gang and fails it with a message
-naming who joined. A command that never calls ``init_process_group`` is never affected.
+rank enters ``init_process_group`` and ``<RANK>.met`` when the call returns. Once the first
+rank has been there for the rendezvous timeout and some have not arrived, or every rank has
+arrived and some have not met the others within the timeout after the last arrival (a rank
+that changed MASTER_PORT waits alone), the supervisor stops the gang and fails it with a
+message naming the ranks. A command that never calls ``init_process_group`` is never affected.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ from air_skills.runtime.results.outcomes import AttemptEnd, Outcome, classify
 from air_skills.runtime.results.summary_block import read_tail
 
 NAME = "AIR_RENDEZVOUS_TIMEOUT_S"
+MET = ".met"  # rank_boot.py's mark of a rank whose init_process_group returned
+NEVER_MET = "never met the others"
 BOOT = os.fspath(Path(__file__).with_name("rank_boot.py"))
 
 
@@ -41,11 +45,13 @@ def timeout_s(launched: dict[str, str] | None = None) -> float:
 
 @dataclass(frozen=True)
 class Timeout:
-    """The ranks that joined and those that never did, past the deadline."""
+    """The ranks that joined and those that never did, past the deadline; or, all joined,
+    those whose init_process_group never returned (``unmet``)."""
 
     timeout_s: float
     joined: list[int]
     missing: list[int]
+    unmet: list[int] = field(default_factory=list)
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -55,6 +61,12 @@ def _ranks(ranks: list[int]) -> str:
 
 def describe_late(late: Timeout, log_path: str) -> str:
     """``rendezvous timed out after 5 s: rank 0 joined; rank 1 never joined (last line: ..)``"""
+    if not late.missing:
+        return (
+            f"rendezvous timed out after {late.timeout_s:g} s: {_ranks(late.joined)} entered"
+            f" init_process_group; {_ranks(late.unmet)} {NEVER_MET} (a rank that changes"
+            " MASTER_ADDR or MASTER_PORT, or uses another init_method, waits alone)"
+        )
     first = late.missing[0]
     last = gang.last_error_line(gang.rank_lines(gang.attempt_output(read_tail(log_path)), first))
     said = f"last line: {last!r}" if last else "no output"
@@ -73,7 +85,8 @@ class JoinWatch:
         self.world = world
         self.timeout = timeout
         self.first: float | None = None  # the first arrival (wall clock, the file's mtime)
-        self.done = False  # every rank arrived: torch takes it from there
+        self.last: float | None = None  # the last arrival, once every rank has arrived
+        self.done = False  # every rank met the others: torch takes it from there
 
     def check(self, now: float | None = None) -> Timeout | None:
         """A Timeout once the first rank has waited ``timeout`` s for ranks that never came."""
@@ -83,19 +96,31 @@ class JoinWatch:
             names = os.listdir(self.folder)
         except OSError:
             return None  # no rank has called init_process_group (yet, or ever)
-        if len(names) >= self.world:
+        joined = sorted(int(n) for n in names if n.isdigit())
+        met = {int(n[: -len(MET)]) for n in names if n.endswith(MET) and n[: -len(MET)].isdigit()}
+        if len(met) >= self.world:
             self.done = True
             return None
-        if self.first is None:
-            try:
-                self.first = min(os.stat(os.path.join(self.folder, n)).st_mtime for n in names)
-            except (OSError, ValueError):
-                return None
-        if (time.time() if now is None else now) - self.first < self.timeout:
+        now = time.time() if now is None else now
+        try:
+            if self.first is None and joined:
+                self.first = min(self._mtime(r) for r in joined)
+            if self.last is None and len(joined) >= self.world:
+                self.last = max(self._mtime(r) for r in joined)
+        except OSError:
             return None
-        joined = sorted(int(n) for n in names if n.isdigit())
+        if self.first is None or now - self.first < self.timeout:
+            return None
         missing = [r for r in range(self.world) if r not in joined]
-        return Timeout(self.timeout, joined, missing) if missing else None
+        if missing:
+            return Timeout(self.timeout, joined, missing)
+        if self.last is None or now - self.last < self.timeout:
+            return None  # all came: the group forms within the timeout after the last
+        unmet = [r for r in range(self.world) if r not in met]
+        return Timeout(self.timeout, joined, [], unmet)
+
+    def _mtime(self, rank: int) -> float:
+        return os.stat(os.path.join(self.folder, str(rank))).st_mtime
 
 
 def late_outcome(what: str, row: Any, spec: dict[str, Any]) -> Outcome:
@@ -111,6 +136,13 @@ def late_outcome(what: str, row: Any, spec: dict[str, Any]) -> Outcome:
     if out.action == "requeue":
         retry = f"retry {end.user_retries + 1} of {end.max_retries}"
         return replace(out, message=f"QUEUED: {what}; {retry}")
+    if NEVER_MET in what:
+        return replace(
+            out,
+            message=f"FAILED: {what}; every rank was stopped. Next: let every rank rendezvous"
+            " at the MASTER_ADDR and MASTER_PORT torchrun set (init_method env://, never"
+            f" changed by the script; read `air logs {end.job_id} --rank N`), then relaunch",
+        )
     return replace(
         out,
         message=f"FAILED: {what}; every rank was stopped. Next: make every rank call"

@@ -98,7 +98,28 @@ def test_join_watch(tmp_path: Path) -> None:
     assert watch.check(now=1009) is None  # the first arrival waits less than 10 s
     assert watch.check(now=1011) == Timeout(10, [0, 2], [1])
     (folder / "1").touch()
-    assert watch.check(now=2000) is None and watch.done  # everyone came: torch's from here
+    os.utime(folder / "1", (1015, 1015))
+    assert watch.check(now=1020) is None and not watch.done  # all came; meeting takes time
+    for rank in range(3):
+        (folder / f"{rank}.met").touch()
+    assert watch.check(now=2000) is None and watch.done  # everyone met: torch's from here
+
+
+def test_join_watch_names_ranks_that_arrive_and_never_meet(tmp_path: Path) -> None:
+    folder = tmp_path / "1"
+    folder.mkdir()
+    watch = JoinWatch(str(folder), world=2, timeout=10)
+    for rank, at in ((0, 1000), (1, 1004)):
+        (folder / str(rank)).touch()
+        os.utime(folder / str(rank), (at, at))
+    (folder / "0.met").touch()  # a rank that met nobody would not: here rank 1 did not
+    assert watch.check(now=1013) is None  # 10 s after the first, but 9 after the last
+    assert watch.check(now=1015) == Timeout(10, [0, 1], [], [1])
+    text = rendezvous.describe_late(Timeout(5, [0, 1], [], [0, 1]), str(tmp_path / "none.log"))
+    assert text.startswith("rendezvous timed out after 5 s: ranks 0, 1 entered")
+    assert "ranks 0, 1 never met the others" in text and "MASTER_PORT" in text
+    out = rendezvous.late_outcome(text, SimpleNamespace(job_id="job-1", user_retries=0), {})
+    assert "MASTER_PORT torchrun set" in out.message and "raise" not in out.message
 
 
 def test_describe_late_quotes_the_missing_ranks_last_line(tmp_path: Path) -> None:
