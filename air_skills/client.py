@@ -16,7 +16,6 @@ from air_skills.backends.base import Backend, backend
 from air_skills.backends.info import row_to_info
 from air_skills.errors import AirError, InvalidInput, InvalidSpec, InvalidState, NotFound
 from air_skills.gpu.providers import provider
-from air_skills.home import check_job_id
 from air_skills.models import GpuInfo, JobInfo, JobSpec, JobStatus, LogChunk, Metrics, Page
 from air_skills.polling import backoff
 from air_skills.runtime.launch import duplicates
@@ -27,14 +26,13 @@ from air_skills.runtime.results.log_read import BadOffset, read_log
 from air_skills.runtime.results.log_search import BadPattern, LogSearch, search_log
 from air_skills.runtime.scheduling import passes as local
 from air_skills.runtime.store.identities import Identity
+from air_skills.runtime.store.job_ids import resolve_job_id
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision.stall import say_stalled, stalls_since
 from air_skills.vocabulary import Direction
 
 RANK_POOL = 1000  # list(order_by=...) ranks the newest this many jobs
-# A job id's prefix (git-style): job-1de7, or the hex alone from 4 characters.
-ID_PREFIX_RE = re.compile(r"^(job-[0-9a-f]{1,10}|[0-9a-f]{4,10})$")
 # A cancelled job is ended by its supervisor: SIGTERM, AIR_GRACE_S, then its record, written
 # after the MLflow run's end (it waits up to 60 s for MLflow's import: slow on a loaded machine).
 # A cancel waits that long for the end; on a quiet machine it comes in well under a second.
@@ -374,35 +372,8 @@ class Client:
     def resolve_id(self, job_id: str) -> str:
         """The job id ``job_id`` names: itself, or the one job whose id starts with it
         (``job-1de7`` or ``1de7``, as git takes a commit's prefix); an ambiguous prefix is
-        refused, listing the matches."""
-        if not isinstance(job_id, str) or not ID_PREFIX_RE.match(job_id.lower()):
-            return check_job_id(job_id)
-        prefix = job_id.lower() if job_id.lower().startswith("job-") else f"job-{job_id.lower()}"
-        if len(prefix) == len("job-") + 10:
-            return check_job_id(prefix)
-        found = self.store.read(
-            "SELECT job_id FROM jobs WHERE substr(job_id, 1, ?) = ? ORDER BY created_at DESC"
-            " LIMIT 11",
-            (len(prefix), prefix),
-        )
-        ids = [r[0] for r in found]
-        if len(ids) == 1:
-            return str(ids[0])
-        if not ids:
-            raise NotFound(
-                f"no job whose id starts with {job_id!r}",
-                hint="list jobs with `air ls` (MCP: list_jobs)",
-                job_id=job_id,
-            )
-        shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
-        raise InvalidInput(
-            f"{job_id!r} is the start of {'more than 10' if len(ids) > 10 else len(ids)} job"
-            f" ids: {shown}",
-            code="ambiguous-id",
-            hint="give more characters of the id (`air ls` lists them)",
-            job_id=job_id,
-            valid_keys=ids[:10],
-        )
+        refused, listing the matches (runtime/store/job_ids.py)."""
+        return resolve_job_id(self.store, job_id)
 
     def get(self, job_id: str) -> JobInfo:
         job_id = self.resolve_id(job_id)

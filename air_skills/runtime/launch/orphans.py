@@ -19,7 +19,7 @@ from typing import Any
 
 from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir
 from air_skills.runtime.launch import launch_intent
-from air_skills.runtime.launch.prepare import LaunchContext
+from air_skills.runtime.launch.context import LaunchContext
 from air_skills.runtime.store.store import TERMINAL
 
 SWEEP_EVERY_S = 60.0  # per process and home: a sweep costs one listdir when nothing crashed

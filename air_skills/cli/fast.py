@@ -1,0 +1,83 @@
+"""`air`'s entry point, and its floor: `air ls --json` and `air status JOB --json` answered
+without typer, rich or pydantic, for agents that call the CLI from a shell on every step.
+
+The answer is the same JSON as the typer commands print (backends/job_view.py is the one
+mapping, and tests compare the two); anything else (another command, another option, a
+non-local backend with live jobs, an unexpected failure) goes to the typer app (cli/app.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def main() -> None:
+    """The `air` command."""
+    code = answer(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from air_skills.cli.app import main as app_main
+
+    app_main()
+
+
+def answer(args: list[str]) -> int | None:
+    """The exit code after answering ``args`` here; None: the typer app answers them."""
+    asked = _parse(args)
+    if asked is None:
+        return None
+    from air_skills import settings
+    from air_skills.errors import AirError, render_json
+
+    try:
+        settings.check_all()
+        result = _run(*asked)
+    except AirError as exc:
+        sys.stdout.write(render_json(exc) + "\n")
+        return exc.exit_code
+    except Exception:  # the typer path reports it, through the one renderer
+        return None
+    if result is None:
+        return None
+    sys.stdout.write(json.dumps(result, indent=1, default=str) + "\n")
+    return 0
+
+
+def _parse(args: list[str]) -> tuple[str, str | None, int] | None:
+    """("ls", None, limit) or ("status", job, 0) for the forms answered here; else None."""
+    if "--json" not in args:
+        return None
+    rest = [a for a in args if a != "--json"]
+    if len(rest) == 2 and rest[0] == "status" and not rest[1].startswith("-"):
+        return "status", rest[1], 0
+    if rest == ["ls"]:
+        return "ls", None, 50
+    if len(rest) == 3 and rest[:2] == ["ls", "--limit"] and rest[2].isdigit():
+        limit = int(rest[2])
+        return ("ls", None, limit) if 1 <= limit <= 1000 else None
+    return None
+
+
+def _run(command: str, job: str | None, limit: int) -> Any:
+    """The JSON answer (None: leave it to the typer app)."""
+    from air_skills.backends.job_view import job_json
+    from air_skills.runtime.launch.orphans import sweep_orphans
+    from air_skills.runtime.launch.context import LaunchContext
+    from air_skills.runtime.scheduling.passes import reconcile
+    from air_skills.runtime.store.job_ids import resolve_job_id
+
+    rt = LaunchContext(None, make_runs_here=False)
+    store = rt.store
+    job_id = resolve_job_id(store, job) if job is not None else None
+    if any(name != "local" for name in store.live_backends()):
+        return None  # Ray or Slurm jobs are settled by their backends: the Client does it
+    sweep_orphans(rt)  # as Client.reconcile does
+    reconcile(store)
+    if job_id is not None:
+        row = store.row(job_id)
+        if row is None:
+            return None  # the Client says not-found, in its words
+        return job_json(row)
+    return [job_json(r) for r in store.page_rows(limit=limit + 1)[:limit]]
