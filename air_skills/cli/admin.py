@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from air_skills.cli.output import JsonOpt, client, emit_json, err, handle_errors, out, plain, say
+from air_skills.errors import InvalidInput
 
 quota_app = typer.Typer(help="Per-project GPU quotas.", no_args_is_help=True)
 skills_app = typer.Typer(
@@ -96,12 +99,23 @@ def mcp_config(
         metavar="URL",
         help="configure a running `air-mcp --transport http` (writes its token)",
     ),
+    token_file: Path | None = typer.Option(
+        None, "--token-file", help="with --http: an identity's token (air mcp-token add)"
+    ),
+    identity: str | None = typer.Option(
+        None, "--identity", help="with --http: make this identity (--project) and use its token"
+    ),
+    project: str | None = typer.Option(
+        None, "--project", help="with --identity: the only project its launches use"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Print (or --write) the MCP config entry that runs air-mcp for a client."""
     from air_skills.integrations.mcp_config import mcp_config as make_config
 
-    result = make_config(client_name, write=write, http_url=http_url)
+    if identity is not None:
+        token_file = _new_identity_token(identity, project, token_file, http_url)
+    result = make_config(client_name, write=write, http_url=http_url, token_file=token_file)
     if as_json:
         emit_json(result)
     else:
@@ -109,3 +123,28 @@ def mcp_config(
         if write:
             backup = result.get("backup") or "none"
             say(err, f"{result['action']}: {result['path']} (backup: {backup})")
+
+
+def _new_identity_token(
+    name: str, project: str | None, token_file: Path | None, http_url: str | None
+) -> Path:
+    """Make identity ``name`` in ``project``; its token goes to an owner-only file under
+    AIR_HOME/mcp-tokens (never printed), whose path is returned."""
+    import os
+
+    if not http_url or project is None or token_file is not None:
+        raise InvalidInput(
+            "--identity makes an agent's identity for an HTTP server: it needs --http URL and"
+            " --project P, and no --token-file",
+            code="bad-identity-options",
+            hint="air mcp-config CLIENT --http URL --identity NAME --project P",
+        )
+    c = client()
+    token = c.add_identity(name, project)
+    folder = c.home / "mcp-tokens"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    return path

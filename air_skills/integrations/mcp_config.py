@@ -106,16 +106,20 @@ def claude_code_command(entry: dict[str, Any]) -> str:
 TOKEN_VARIABLE = "AIR_MCP_TOKEN"
 
 
-def claude_code_http_command(url: str) -> str:
+def claude_code_http_command(url: str, token_file: Path | None = None) -> str:
     """The `claude mcp add` lines for an HTTP server, the token never on a command line
     (/proc/PID/cmdline is readable by every user): the header names ${AIR_MCP_TOKEN}, which
     Claude Code expands from its environment when it connects; the export line reads the
-    token file (cat's command line holds the file's path, not the token)."""
+    token file (cat's command line holds the file's path, not the token). ``token_file``:
+    an identity's token (`air mcp-token`), else the server's own."""
     from air_skills.home import default_home
 
     argv = ["claude", "mcp", "add", "--transport", "http", SERVER_NAME, url, "--scope", "user"]
     header = shlex.quote(f"Authorization: Bearer ${{{TOKEN_VARIABLE}}}")  # single-quoted
-    if settings.get(TOKEN_VARIABLE):
+    if token_file is not None:
+        quoted = shlex.quote(str(token_file))
+        first = f'export {TOKEN_VARIABLE}="$(cat {quoted})"  # in the shell that starts claude'
+    elif settings.get(TOKEN_VARIABLE):
         first = f"# {TOKEN_VARIABLE} must be set where claude runs (it is set here)"
     else:
         token_file = shlex.quote(str(default_home() / "mcp-token"))
@@ -145,9 +149,39 @@ def mcp_token() -> str:
     return token
 
 
-def http_client_entry(client_name: str, url: str) -> tuple[str, dict[str, Any]]:
-    """(servers key, entry) for an HTTP server at ``url``: its bearer token in the headers."""
-    headers = {"Authorization": f"Bearer {mcp_token()}"}
+def read_token_file(path: Path) -> str:
+    """An identity's token from ``path`` (`air mcp-token add` printed it): one line, a file
+    that only its owner can read (a token readable by others is refused, not copied)."""
+    try:
+        mode = path.stat().st_mode
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(
+            f"cannot read the token file {path}: {getattr(exc, 'strerror', None) or exc}",
+            code="token-file-unreadable",
+            hint="give the file you saved `air mcp-token add`'s token in, or use --identity NAME",
+        ) from None
+    if mode & 0o077:
+        raise InvalidInput(
+            f"the token file {path} is readable by other users (mode {mode & 0o777:o})",
+            code="token-file-open",
+            hint=f"chmod 600 {shlex.quote(str(path))}, then rerun",
+        )
+    if not token or any(c.isspace() for c in token):
+        raise InvalidInput(
+            f"the token file {path} holds no token (one line, no spaces)",
+            code="token-file-empty",
+            hint="save only the token `air mcp-token add` printed in it",
+        )
+    return token
+
+
+def http_client_entry(
+    client_name: str, url: str, token: str | None = None
+) -> tuple[str, dict[str, Any]]:
+    """(servers key, entry) for an HTTP server at ``url``: a bearer token in the headers
+    (``token``, an identity's; else the server's own)."""
+    headers = {"Authorization": f"Bearer {token or mcp_token()}"}
     if client_name == "cursor":
         return "mcpServers", {"url": url, "headers": headers}
     if client_name == "claude-code":
@@ -162,25 +196,36 @@ def http_client_entry(client_name: str, url: str) -> tuple[str, dict[str, Any]]:
 
 
 def mcp_config(
-    client_name: str = "claude", write: bool = False, http_url: str | None = None
+    client_name: str = "claude",
+    write: bool = False,
+    http_url: str | None = None,
+    token_file: Path | None = None,
 ) -> dict[str, Any]:
     """The MCP entry that runs `air-mcp`, in ``client_name``'s format; ``write`` merges it.
 
     With ``http_url`` the entry points at a running `air-mcp --transport http` and carries its
-    bearer token (the written file is then made owner-only). Returns ``text`` (what to paste or
-    run), ``entry``, ``path`` (the client's config file), ``written`` (the path, when the file
-    changed), ``backup`` (a copy of the file as it was), and ``action`` (created | updated |
-    unchanged | printed).
+    bearer token (the written file is then made owner-only): the identity's in ``token_file``
+    (`air mcp-token`: one agent, its project and limits), else the server's own. Returns
+    ``text`` (what to paste or run), ``entry``, ``path`` (the client's config file),
+    ``written`` (the path, when the file changed), ``backup`` (a copy of the file as it was),
+    and ``action`` (created | updated | unchanged | printed).
     """
     if client_name not in MCP_CLIENTS:
         raise _unknown_client(client_name)
+    if token_file is not None and not http_url:
+        raise InvalidInput(
+            "a token file is for an HTTP server",
+            code="token-without-http",
+            hint="add --http URL (the running `air-mcp --transport http`)",
+        )
     if http_url:
-        key, entry = http_client_entry(client_name, http_url)
+        token = read_token_file(token_file) if token_file is not None else None
+        key, entry = http_client_entry(client_name, http_url, token)
     else:
         key, entry = client_entry(client_name, server_entry())
     path = client_config_path(client_name)
     if client_name == "claude-code" and http_url:
-        text = claude_code_http_command(http_url)
+        text = claude_code_http_command(http_url, token_file)
     elif client_name == "claude-code":
         text = claude_code_command(entry)
     else:
@@ -203,6 +248,10 @@ def mcp_config(
             written=str(path) if action != "unchanged" else None,
             backup=str(backup) if backup else None,
         )
+    if token_file is not None and http_url:  # an identity's token stays in its files
+        shown = f"Bearer <the token in {token_file}>"
+        result["entry"] = {**entry, "headers": {"Authorization": shown}}
+        result["text"] = result["text"].replace(f"Bearer {token}", shown)
     return result
 
 
