@@ -9,6 +9,7 @@ from typing import Any
 from air_skills.vocabulary import Direction, better
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
 from autoresearch.loop.early_stopping import Verdict, median_rule
+from autoresearch.report.hardware import trial_class
 from autoresearch.spec.study_schema import Study
 
 # A trial that did not succeed is recorded as what happened to it; anything else is "failed".
@@ -21,7 +22,7 @@ class Decision:
 
     trial: int
     decision: str  # keep | discard | baseline | noise | confirm | failed | pruned | cancelled
-    # | tampered
+    # | tampered | incomparable
     confirmed: dict[str, Any] | None = None  # mean, std, n, paired: a confirmed candidate
     best: tuple[int, float | None] | None = None  # the new reference, when this trial sets it
 
@@ -100,8 +101,20 @@ def decide_trial(t: Trial, study: Study, state: StudyState, floor_known: bool) -
             return Decision(t.number, "baseline", best=(t.number, value))
         return Decision(t.number, "noise")
     assert t.value is not None
+    if study.hardware == "same" and off_baseline_class(t, state):
+        return Decision(t.number, "incomparable")
     verdict = judge(t.value, state.best_value, state.noise_floor or 0.0, study.objective.direction)
     return Decision(t.number, verdict, best=(t.number, t.value) if verdict == "keep" else None)
+
+
+def off_baseline_class(t: Trial, state: StudyState) -> bool:
+    """The trial ran on another hardware class than the baseline (both known): its value does
+    not compare with the baseline's nor the best's (an A10G and an H100 under one budget)."""
+    base = state.trials.get(0)
+    if base is None or not base.is_noise:
+        return False
+    mine, theirs = trial_class(t), trial_class(base)
+    return bool(mine and theirs and mine != theirs)
 
 
 def may_be_pruned(t: Trial, job_status: str | None, cancelling: bool) -> bool:

@@ -55,7 +55,6 @@ def best_fields(state: StudyState, best: Trial) -> dict[str, Any]:
         "trial": best.number,
         "value": state.best_value,
         "label": best_label(state, best),
-
         "diff": best.diff,
         "job_id": best.job_id,
         "run_id": best.run_id,
@@ -92,6 +91,8 @@ def budget_warning(study: Study) -> list[str]:
 DECISIONS = {
     "keep": "keep: the new best",
     "discard": "discard: within the noise floor of the best, or worse",
+    "incomparable": "incomparable: ran on another hardware class than the baseline, so not"
+    " judged (study `hardware: same`; `hardware: any` judges it)",
     "baseline": "baseline: the reference the others are judged against",
     "noise": "noise: a repeat of the baseline that measures the noise floor",
     "seed-ignored": "seed-ignored: its runs with different seeds gave the identical value, so"
@@ -109,11 +110,11 @@ def _decision(t: Any) -> str | None:
         return t.status.value.lower() + (f": {t.failure}" if t.failure else "")
     return None
 
+
 def _hw(trials: list[Trial]) -> list[str]:
     """The study's finished trials ran on different hardware classes: say so."""
     note = hardware_note(trials)
     return [f"{note}: values from different hardware are compared"] if note else []
-
 
 
 def _noise_warning(state: StudyState) -> list[str]:

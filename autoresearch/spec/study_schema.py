@@ -278,6 +278,9 @@ class Study(_Strict):
     network: bool = True  # false: trials run without a network (sandboxed)
     writable: list[str] = Field(default_factory=list)  # folders trials may write (JobSpec)
     stall: StallConfig | None = None  # trials' stall timeout (spec/stall.py); None: the default
+    # same: a trial that ran on another hardware class than the baseline is not judged against
+    # it (decision "incomparable"); any: every trial is judged (a mixed pool, on purpose)
+    hardware: Literal["same", "any"] = "same"
     # How ``workdir`` became absolute, for a not-found error ("workdir '.' resolved against
     # the study file's folder /x"); set by autoresearch.study.study.anchor_workdir, not a key.
     _workdir_note: str | None = PrivateAttr(default=None)

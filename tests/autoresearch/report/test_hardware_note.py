@@ -29,3 +29,18 @@ def test_one_class_is_not_flagged(tmp_path: Path) -> None:
     assert not any("not comparable" in w for w in get_study(folder)["warnings"])
     study, state = load_state(folder)
     assert study_view("same", folder, study, state)["hardware_note"] is None
+
+
+def test_a_trial_on_another_class_than_the_baseline_is_not_judged(tmp_path: Path) -> None:
+    from autoresearch.loop.decisions import decide_trial
+    from autoresearch.report.summary import DECISIONS
+
+    folder = write_journal(tmp_path / "mixed", 12, name="mixed", other_gpu_from=8)
+    study, state = load_state(folder)
+    assert study.hardware == "same"  # the default
+    on_a10g, on_h100 = state.trials[9], state.trials[7]
+    assert decide_trial(on_a10g, study, state, floor_known=True).decision == "incomparable"
+    assert decide_trial(on_h100, study, state, floor_known=True).decision in ("keep", "discard")
+    anyhw = study.model_copy(update={"hardware": "any"})
+    assert decide_trial(on_a10g, anyhw, state, floor_known=True).decision in ("keep", "discard")
+    assert DECISIONS["incomparable"].startswith("incomparable: ran on another hardware class")
