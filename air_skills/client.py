@@ -434,9 +434,13 @@ class Client:
         )
         more = len(rows) > limit
         rows = rows[:limit]
+        total = self.store.page_count(
+            status=value, experiment=experiment, project=project, launched_by=launched_by
+        )  # "8 of 53": the page says how much it is of
         return Page[JobInfo](
             items=[row_to_info(r) for r in rows],
             next_cursor=str(rows[-1].seq) if more else None,
+            total=total,
         )
 
     def scores(

@@ -497,6 +497,7 @@ T = TypeVar("T")
 class Page(BaseModel, Generic[T]):
     items: list[T]
     next_cursor: str | None = None
+    total: int | None = None  # jobs on every page with these filters (None: not counted)
 
 
 def utc_from_ts(ts: float | None) -> datetime | None:

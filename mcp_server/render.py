@@ -101,7 +101,11 @@ def render_job(job: Any, metric: str | None = None) -> str:
     lines = [job_line(job, metric)]
     routine = str(job.status) in ("RUNNING", "SUCCEEDED") and job.message.startswith(job.status)
     if job.message and not routine:  # "RUNNING on GPUs [0]" repeats the first line
-        lines.append(f"message: {job.message[:MESSAGE_CHARS]}")
+        whole = job.job_id == "dry-run"  # a dry run's message is what was asked for: all of it
+        lines.append(f"message: {job.message if whole else job.message[:MESSAGE_CHARS]}")
+    code = getattr(job, "code", None)
+    if code is not None:
+        lines.append(_code_line(code))
     if getattr(job, "config", None):
         lines.append(f"config: {short_config(job.config)}")
     where = [f"run {job.run_id}" if job.run_id else "not tracked"]
@@ -117,9 +121,19 @@ def render_job(job: Any, metric: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _code_line(code: Any) -> str:
+    """``code: snapshot 3f2a... on commit 9c1e... + its patch (patched)``: what the job ran."""
+    line = f"code: snapshot {code.digest[:12]}"
+    if code.commit:
+        line += f" on commit {code.commit[:12]}" + (" (dirty tree)" if code.dirty else "")
+    return line + (" + its patch (patched)" if code.patched else "")
+
+
 def render_page(page: JobPage) -> str:
     """One line per job (newest first, or best first with order_by): compact for 50 jobs."""
     head = f"{len(page.items)} job(s)"
+    if page.total is not None and page.total != len(page.items):
+        head = f"{len(page.items)} of {page.total} jobs"
     head += f", {page.metric} per job" if page.metric else ", newest first"
     if page.next_cursor:
         head += f"; older ones: call list_jobs with cursor={page.next_cursor}"

@@ -94,6 +94,7 @@ class JobPage(_Reply):
     metric: str | None = None
     groups: list[SeedGroup] | None = None
     hardware: str | None = None  # with a metric: "not comparable: A vs B" across classes
+    total: int | None = Field(default=None, description="jobs on all pages")
 
 
 class LaunchedJob(_Reply):

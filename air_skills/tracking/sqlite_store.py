@@ -8,11 +8,18 @@ name (``<store>.building``) and renamed into place once complete, and a store fo
 holds no runs (never deleted), or reported with the way to recover when it does. Everything
 here runs under the caller's init lock (``air_skills.tracking.mlflow``): one builder at a time.
 Writes go through MLflow itself; its tables are only read, to tell a half-built store.
+
+Those migrations take 10-20 s on a busy machine: the first launch on a fresh home spent its
+time there (issue 24: 15.9 s against ~0.3 s for the next). So the first store built on a
+machine is also kept, empty, as a template in the user's cache folder (one per MLflow schema
+version, owner-only); a later fresh home copies it (milliseconds) after checking it is ours,
+complete, at this MLflow's schema version and empty.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import time
 import urllib.parse
@@ -152,13 +159,17 @@ def set_aside(path: Path) -> Path:
 
 
 def _build(path: Path, building: Path) -> None:
-    from mlflow.tracking import MlflowClient
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    uri = SQLITE_PREFIX + str(building)
-    client = MlflowClient(tracking_uri=uri)
-    client.search_experiments(max_results=1)  # runs every migration, on the copy
-    _dispose_engine(uri)
+    template = template_path()
+    if template is None or not _copy_template(template, building):
+        from mlflow.tracking import MlflowClient
+
+        uri = SQLITE_PREFIX + str(building)
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # runs every migration, on the copy
+        _dispose_engine(uri)
+        if template is not None:
+            _keep_template(building, template)
     with open(building, "rb") as f:
         os.fsync(f.fileno())
     # A journal beside the final name would be taken for the new store's hot journal.
@@ -167,6 +178,54 @@ def _build(path: Path, building: Path) -> None:
     os.replace(building, path)
     _fsync_dir(path.parent)
     _dispose_engine(SQLITE_PREFIX + str(path))  # a pooled connection to a replaced file
+
+
+def template_path() -> Path | None:
+    """The empty store kept for this MLflow schema version (None: MLflow cannot say which)."""
+    head = _head_revision()
+    if head is None:
+        return None
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("air-skills", appauthor=False)) / f"mlflow-store-{head}.db"
+
+
+def _ours(path: Path) -> bool:
+    """Owned by us and writable by nobody else (the file and its folder), as OpenSSH asks."""
+    try:
+        return all(
+            st.st_uid == os.geteuid() and not st.st_mode & 0o022
+            for st in (path.stat(), path.parent.stat())
+        )
+    except OSError:
+        return False
+
+
+def _copy_template(template: Path, building: Path) -> bool:
+    """Copy the template store to ``building`` when it is ours, complete and empty."""
+    if not template.is_file() or not _ours(template):
+        return False
+    state = inspect(template)
+    if not state.exists or state.problem is not None or state.runs != 0:
+        return False
+    try:
+        shutil.copyfile(template, building)
+    except OSError:
+        _remove_with_side_files(building)
+        return False
+    return True
+
+
+def _keep_template(built: Path, template: Path) -> None:
+    """Keep a copy of a store just built (empty) as the template; any failure is no matter."""
+    tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shutil.copyfile(built, tmp)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, template)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _dispose_engine(uri: str) -> None:

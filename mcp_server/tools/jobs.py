@@ -230,6 +230,7 @@ def list_jobs(
             for j in page.items
         ],
         next_cursor=page.next_cursor,
+        total=page.total,
         metric=metric,
         # a leaderboard across hardware classes ranks values that do not compare: say so
         hardware=not_comparable([hardware_class(j.hardware) for j in page.items])

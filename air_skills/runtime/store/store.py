@@ -424,6 +424,29 @@ class Store(SpareStore):
         launched_by: str | None = None,
     ) -> list[JobRecord]:
         """Jobs newest first, filtered; ``before_seq`` pages on from a cursor."""
+        where, args = self._page_filter(status, experiment, project, before_seq, launched_by)
+        return self.rows(f"WHERE {where} ORDER BY seq DESC LIMIT ?", (*args, limit))
+
+    def page_count(
+        self,
+        *,
+        status: str | None = None,
+        experiment: str | None = None,
+        project: str | None = None,
+        launched_by: str | None = None,
+    ) -> int:
+        """How many jobs ``page_rows`` would page through with these filters (all pages)."""
+        where, args = self._page_filter(status, experiment, project, None, launched_by)
+        return int(self.read(f"SELECT COUNT(*) AS n FROM jobs WHERE {where}", tuple(args))[0]["n"])
+
+    @staticmethod
+    def _page_filter(
+        status: str | None,
+        experiment: str | None,
+        project: str | None,
+        before_seq: int | None,
+        launched_by: str | None,
+    ) -> tuple[str, list[Any]]:
         where: list[str] = ["1=1"]
         args: list[Any] = []
         if launched_by is not None:
@@ -441,7 +464,7 @@ class Store(SpareStore):
         if before_seq is not None:
             where.append("seq < ?")
             args.append(before_seq)
-        return self.rows(f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", (*args, limit))
+        return " AND ".join(where), args
 
     # --- named reads and writes for quotas and `air doctor` ---------------------------------
 

@@ -75,6 +75,13 @@ def kill_mid_creation(home: Path, code: str) -> None:
 SIDES = ("-journal", "-wal", "-shm")  # sqlite's files beside a database
 
 
+@pytest.fixture(autouse=True)
+def no_store_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty cache folder: every store here is built by its migrations (the machine's
+    template store, tracking/sqlite_store.py, would skip the migration these tests kill)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 def mlflow_check(client: Client) -> dict:
     (check,) = [c for c in run_doctor(client)["checks"] if c["name"] == "mlflow"]
     return check
