@@ -44,7 +44,7 @@ def hardware_class(info: dict[str, Any] | None) -> str | None:
 
 
 def not_comparable(classes: list[str | None]) -> str | None:
-    """"not comparable: H100 80GB vs A10G" when the known classes differ, else None."""
+    """The note "not comparable: H100 80GB vs A10G" when the known classes differ, else None."""
     known = list(dict.fromkeys(c for c in classes if c))
     return f"not comparable: {' vs '.join(known)}" if len(known) > 1 else None
 
