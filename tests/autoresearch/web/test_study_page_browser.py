@@ -133,3 +133,17 @@ def test_a_study_of_a_thousand_trials_loads(page, tmp_path: Path) -> None:
         assert page.locator("#chart circle.pt").count() > 900  # failed trials have no value
         assert page.locator("#chart path.best").count() == 1
         # how fast: bench/study_page.py (no timed assertions in tests)
+
+
+def test_the_html_report_works_from_a_file(page, tmp_path: Path) -> None:
+    from autoresearch.web.serve import write_html
+
+    folder = write_journal(tmp_path / "shared", 30, name="shared", code_every=7)
+    html = write_html(folder)
+    page.goto(html.as_uri())  # file://: no server behind it, the data is in the page
+    page.wait_for_selector("#trials tbody tr.trial")
+    assert page.inner_text("#shown") == "30 of 30 trials"
+    assert "shared" in page.inner_text("#title")
+    page.click('#trials tr.trial[data-n="10"]')  # a code trial: its patch is inlined too
+    page.wait_for_selector("#patch")
+    assert "+lr = " in page.inner_text("#patch")
