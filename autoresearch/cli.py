@@ -114,6 +114,16 @@ def _print_summary(s: dict[str, Any]) -> None:
     if s["proposer"] == "llm" or b["llm_usd"]["calls"]:
         spent.append(f"LLM ${b['llm_usd']['used']:.4f} / ${b['llm_usd']['limit']:g}")
     table.add_row("budget", " · ".join(spent))
+    c = s.get("cost")
+    if c:
+        per = (
+            f" · ${c['usd_per_improvement']:.4f} per kept improvement"
+            if c["usd_per_improvement"] is not None
+            else ""
+        )
+        table.add_row(
+            "cost", f"${c['usd']:.4f} (GPU ${c['gpu_usd']:.4f}, LLM ${c['llm_usd']:.4f}){per}"
+        )
     for r in s["running"]:
         table.add_row(
             "running", f"trial {r['trial']} {r['job_id'] or '(not launched)'} {r['diff'] or ''}"

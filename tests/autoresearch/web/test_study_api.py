@@ -150,3 +150,11 @@ def test_the_demo_page_serves_from_a_thread_and_moves_to_a_free_port(studies: Pa
         second.stop()
     with pytest.raises(OSError):
         http(first.url + "api/studies")
+
+
+def test_status_prints_the_cost(studies: Path) -> None:
+    cmd = [sys.executable, "-m", "autoresearch.cli", "status", str(studies / "a")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("cost"))
+    assert "GPU $" in line and "LLM $" in line and "per kept improvement" in line
