@@ -8,6 +8,7 @@ job's own checkpoint, outputs and metrics still arrived.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -234,3 +235,28 @@ def test_metrics_forwarded_from_a_running_job_appear_while_it_runs(
     finally:
         stop.write_text("")  # seen by the job: its workdir is in its (read-only) view
     assert client.wait([info.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+
+
+def _processes_of(job_id: str) -> list[int]:
+    """Host pids whose environment names the job (readable: the tests run as the job's user)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if f"AIR_JOB_ID={job_id}".encode() in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_setsid_child_does_not_outlive_its_sandboxed_job(client: Client) -> None:
+    script = "setsid sleep 300 & echo started; sleep 0.3; exit 0"
+    info = client.launch(JobSpec(command=["sh", "-c", script], track=False))
+    done = client.wait([info.job_id], timeout_s=60)[0]
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    assert "started" in client.logs(info.job_id).text
+    # The sandbox's pid namespace ends with its first process: no escape survives it.
+    wait_until(lambda: _processes_of(info.job_id) == [], timeout_s=10)
