@@ -16,7 +16,7 @@ from helpers import wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.errors import InvalidState
-from air_skills.home import NotRegularFile, read_job_env, read_job_file, read_launch_env
+from air_skills.home import read_job_env, read_launch_env
 from air_skills.runtime.process import proc
 
 PY = sys.executable
@@ -52,6 +52,8 @@ def one_gpu(air_home: Path, monkeypatch: pytest.MonkeyPatch) -> Client:
 
 
 def test_the_one_reader_refuses_a_fifo_a_link_and_an_oversized_file(tmp_path: Path) -> None:
+    from air_skills.home import NotRegularFile, read_job_file
+
     _fifo(tmp_path / "env.json")
     with pytest.raises(NotRegularFile, match="FIFO"):
         read_job_file(tmp_path / "env.json")

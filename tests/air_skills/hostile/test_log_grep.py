@@ -12,7 +12,6 @@ import pytest
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.errors import InvalidInput
-from air_skills.runtime.results.log_search import CHECK_EVERY_LINES, search_log
 
 PY = sys.executable
 AIR = str(Path(PY).with_name("air"))
@@ -61,6 +60,8 @@ def test_a_pattern_re2_does_not_support_is_an_invalid_pattern(client: Client) ->
 
 
 def test_a_search_past_its_deadline_stops_and_says_how_far_it_read(tmp_path: Path) -> None:
+    from air_skills.runtime.results.log_search import CHECK_EVERY_LINES, search_log
+
     log = tmp_path / "big.log"
     log.write_text("loss=1\n" * (CHECK_EVERY_LINES * 3))
     found = search_log(log, "loss", deadline_s=0)

@@ -14,9 +14,6 @@ from typing import Any
 import httpx2
 import pytest
 
-from mcp_server.auth import unmapped
-from mcp_server.http import _peer_refusal, is_loopback
-
 pytestmark = pytest.mark.anyio
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 PING = '{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
@@ -42,6 +39,9 @@ def _dual_stack() -> bool:
 
 
 def test_a_mapped_ipv4_address_is_the_ipv4_address() -> None:
+    from mcp_server.auth import unmapped
+    from mcp_server.http import is_loopback
+
     assert unmapped("::ffff:127.0.0.1") == "127.0.0.1"
     assert unmapped("[::ffff:127.0.0.1]") == "127.0.0.1"
     assert unmapped("::1") == "::1" and unmapped("localhost") == "localhost"
@@ -49,6 +49,8 @@ def test_a_mapped_ipv4_address_is_the_ipv4_address() -> None:
 
 
 def test_a_loopback_peer_the_kernel_does_not_name_is_refused() -> None:
+    from mcp_server.http import _peer_refusal
+
     # A connection that is not in the kernel's table (gone, or never there): unknown uid.
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
