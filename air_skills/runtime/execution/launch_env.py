@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from air_skills import settings
-from air_skills.home import job_dir, open_job_file, read_job_env, read_job_json, read_launch_env
+from air_skills.home import (
+    FOLDER_RECORD,
+    JOB_ENV,
+    LAUNCH_ENV,
+    job_dir,
+    open_job_file,
+    read_job_env,
+    read_job_json,
+    read_launch_env,
+)
 from air_skills.runtime.containers import container
 from air_skills.runtime.execution import gang, metric_relay, rendezvous, sandbox
 from air_skills.runtime.store.records import JobRecord
@@ -201,9 +210,11 @@ def command_launch(
             rendezvous_s=rendezvous.timeout_s(launched),
         )
     if sandboxed and image is None:  # an image job's container is its sandbox
-        bwrap = sandbox.bwrap_path(env)  # probed at launch: not again on the way to the start
+        # This process's bwrap, never one the job's folder names (its env.json is the job's
+        # to write on an earlier attempt); probed at launch, not again on the way to the start.
+        bwrap = sandbox.bwrap_path()
         if bwrap is None:
-            raise sandbox.SandboxUnavailable(sandbox.unavailable(env) or "no bwrap")
+            raise sandbox.SandboxUnavailable(sandbox.unavailable() or "no bwrap")
         argv = sandbox.wrap(
             sandbox.resolved(argv, env.get("PATH"), cwd),
             bwrap=bwrap,
@@ -214,6 +225,8 @@ def command_launch(
             data=data,
             writable=spec.get("writable") or (),
             network=spec.get("network", True),
+            # What air reads back from the job's folder stays as air wrote it.
+            kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
         )
     if image is not None:  # the engine runs it: the contract's names pass into the container
         passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]

@@ -121,6 +121,7 @@ def wrap(
     network: bool = True,
     readonly: Iterable[str] = (),
     die_with_parent: bool = False,
+    kept: Iterable[str | os.PathLike[str]] = (),
 ) -> list[str]:
     """``argv`` run by bwrap with the job's view (module docstring); mounts in order, the
     later over the earlier."""
@@ -152,6 +153,10 @@ def wrap(
             out += ["--bind", real, real]
     jreal = os.path.realpath(jdir)
     out += ["--bind", jreal, jreal]
+    for path in kept:  # files in its folder that the job may read, never replace
+        real = os.path.realpath(path)
+        if os.path.isfile(real) and _inside(real, jreal):
+            out += ["--ro-bind", real, real]
     if cwd:
         out += ["--chdir", cwd]
     return [*out, "--", *argv]

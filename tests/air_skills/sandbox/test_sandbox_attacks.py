@@ -55,12 +55,17 @@ def write_mlflow_db():
     c.commit()
 def write_outside():
     open(cfg["outside"], "w").write("escaped")
+def rewrite_own_launch_env():  # what its next attempt starts from (a bwrap of its choosing)
+    jdir = os.path.dirname(os.environ["AIR_CONFIG_FILE"])
+    open(os.path.join(jdir, "forged.json"), "w").write('{"AIR_BWRAP": "/bin/env"}')
+    os.replace(os.path.join(jdir, "forged.json"), os.path.join(jdir, "env.json"))
 attempt("rewrite_blob", rewrite_blob)
 attempt("append_journal", append_journal)
 attempt("read_other_env", read_other_env)
 attempt("write_air_db", write_air_db)
 attempt("write_mlflow_db", write_mlflow_db)
 attempt("write_outside", write_outside)
+attempt("rewrite_own_launch_env", rewrite_own_launch_env)
 # What the job may do: its checkpoint, an output in its folder, /tmp, its own metrics.
 open(os.path.join(os.environ["AIR_CHECKPOINT_DIR"], "ckpt.pt"), "w").write("weights")
 open("/tmp/scratch-of-the-job", "w").write("private")
@@ -130,6 +135,7 @@ def test_every_attack_fails_inside_the_sandbox_and_the_jobs_own_work_still_lands
         "write_air_db",
         "write_mlflow_db",
         "write_outside",
+        "rewrite_own_launch_env",
     ):
         assert seen[attack].startswith("refused"), (attack, seen)
     # And on the host nothing changed.
