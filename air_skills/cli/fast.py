@@ -29,15 +29,15 @@ def answer(args: list[str]) -> int | None:
     if asked is None:
         return None
     from air_skills import settings
-    from air_skills.errors import AirError, render_json
+    from air_skills.errors import InvalidInput, NotFound, render_json
 
     try:
         settings.check_all()
         result = _run(*asked)
-    except AirError as exc:
+    except (InvalidInput, NotFound) as exc:  # a bad setting, an unknown or ambiguous id
         sys.stdout.write(render_json(exc) + "\n")
         return exc.exit_code
-    except Exception:  # the typer path reports it, through the one renderer
+    except Exception:  # a store, disk or home problem: the typer path diagnoses and says it
         return None
     if result is None:
         return None
@@ -63,8 +63,8 @@ def _parse(args: list[str]) -> tuple[str, str | None, int] | None:
 def _run(command: str, job: str | None, limit: int) -> Any:
     """The JSON answer (None: leave it to the typer app)."""
     from air_skills.backends.job_view import job_json
-    from air_skills.runtime.launch.orphans import sweep_orphans
     from air_skills.runtime.launch.context import LaunchContext
+    from air_skills.runtime.launch.orphans import sweep_orphans
     from air_skills.runtime.scheduling.passes import reconcile
     from air_skills.runtime.store.job_ids import resolve_job_id
 

@@ -210,7 +210,14 @@ def ls(
     if shared:
         cols.insert(5, "by")
     room = max(12, out.width - sum(fixed.values()) - 2 * (len(cols) - 1))  # two spaces apart
-    cut = {"name": min(12, room // 4), "project": min(10, room // 4), "by": min(10, room // 5)}
+    # Each cut column as wide as its longest cell, within its share of the room.
+    longest = {
+        "name": max((len(i.name) for i in page.items), default=4),
+        "project": max((len(i.project) + 12 * bool(i.borrowing) for i in page.items), default=7),
+        "by": max((len(i.launched_by or "-") for i in page.items), default=2),
+    }
+    share = {"name": 3, "project": 5, "by": 5}
+    cut = {k: max(4, min(v, room // share[k])) for k, v in longest.items()}
     cut["message"] = max(4, room - cut["name"] - cut["project"] - (cut["by"] if shared else 0))
     t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
     for col in cols:
