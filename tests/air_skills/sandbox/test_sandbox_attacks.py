@@ -45,6 +45,8 @@ def append_journal():
         f.write('{"event": "forged"}\n')
 def read_other_env():
     out["other_env_text"] = open(cfg["other_env"]).read()
+def read_other_proc_env():
+    out["other_proc_env"] = open(f"/proc/{cfg['victim_pid']}/environ").read()
 def write_air_db():
     c = sqlite3.connect(f"file:{cfg['air_db']}?mode=rw", uri=True)
     c.execute("CREATE TABLE forged (x)")
@@ -62,6 +64,7 @@ def rewrite_own_launch_env():  # what its next attempt starts from (a bwrap of i
 attempt("rewrite_blob", rewrite_blob)
 attempt("append_journal", append_journal)
 attempt("read_other_env", read_other_env)
+attempt("read_other_proc_env", read_other_proc_env)
 attempt("write_air_db", write_air_db)
 attempt("write_mlflow_db", write_mlflow_db)
 attempt("write_outside", write_outside)
@@ -102,6 +105,7 @@ def test_every_attack_fails_inside_the_sandbox_and_the_jobs_own_work_still_lands
     assert victim.sandbox == "bwrap"
     other_env = air_home / "jobs" / victim.job_id / "job_env.json"
     wait_until(other_env.exists, timeout_s=30)
+    victim_pid = wait_until(lambda: client.store.row(victim.job_id).job_pid, timeout_s=30)
     blob = next(p for p in (air_home / "code" / "blobs").rglob("*") if p.is_file())
     blob_bytes = blob.read_bytes()
     journal = air_home / "studies" / "s1" / "journal.jsonl"
@@ -120,6 +124,7 @@ def test_every_attack_fails_inside_the_sandbox_and_the_jobs_own_work_still_lands
                 "air_db": str(air_home / "air.db"),
                 "mlflow_db": str(air_home / "mlflow.db"),
                 "outside": str(outside),
+                "victim_pid": victim_pid,
             },
         )
     )
@@ -132,6 +137,7 @@ def test_every_attack_fails_inside_the_sandbox_and_the_jobs_own_work_still_lands
         "rewrite_blob",
         "append_journal",
         "read_other_env",
+        "read_other_proc_env",
         "write_air_db",
         "write_mlflow_db",
         "write_outside",
