@@ -118,6 +118,13 @@ def launch(
         help="launch even if the program or script is not there yet (the job creates it)",
     ),
     watch: bool = typer.Option(False, "--watch", help="follow the log until the job ends"),
+    seeds: Optional[str] = typer.Option(
+        None, "--seeds", help="one job per seed, e.g. 0,1,2 (config key: --seed-key, default seed)"
+    ),
+    seed_key: str = typer.Option("seed", "--seed-key", help="the config key of --seeds"),
+    grid: list[str] = typer.Option(
+        [], "--grid", help="KEY=V1,V2,...: one job per combination (x seeds); repeatable"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Launch a job: `air launch --gpus 1 -- python train.py --lr 3e-4`."""
@@ -160,6 +167,22 @@ def launch(
     if config:
         spec["config"] = {**(spec.get("config") or {}), **config}
     c = client()
+    if seeds or grid:  # many jobs in one call: every one checked before any is queued
+        from air_skills.batch import expand
+
+        values = {
+            k: [parse_value(x) for x in v.split(",")] for k, v in split_sets(grid, "--grid").items()
+        }
+        key = spec.pop("idempotency_key", None)
+        seed_list = [parse_value(x) for x in seeds.split(",")] if seeds else None
+        specs = expand(spec, seed_list, seed_key, values)
+        infos = c.launch_many(specs, dry_run=dry_run, idempotency_key=key)
+        if as_json:
+            emit_json(infos)
+        else:
+            for one in infos:
+                say(out, info_line(one))
+        return
     # strict: a command that would not start (`pyhton`, a misspelt script) is an
     # invalid-spec error, exit 2, dry run or not, as MCP's launch_job gives it
     info = c.launch(spec, dry_run=dry_run, strict=True)

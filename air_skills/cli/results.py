@@ -170,9 +170,27 @@ def compare(
     metric: Optional[str] = typer.Option(
         None, "--metric", help="the metric to rank by (default: every metric, latest values)"
     ),
+    group_by: Optional[str] = typer.Option(
+        None,
+        "--group-by",
+        help="seed (or your seed's config key): one row per config: n, mean, std",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compare jobs: config diff against the first, latest and best of a metric."""
+    if group_by:  # jobs alike but for their seed: a row each, best mean first
+        from air_skills.batch import group_line
+        from air_skills.errors import InvalidInput
+
+        if not metric:
+            raise InvalidInput("--group-by needs --metric", hint="add --metric val_loss")
+        groups = client().seed_groups(jobs, metric, seed_key=group_by)
+        if as_json:
+            emit_json(groups)
+            return
+        for g in groups:
+            say(out, f"{group_line(g, metric)}: {', '.join(g['members'])}")
+        return
     table = client().compare(jobs, metric)
     if as_json:
         emit_json(table)

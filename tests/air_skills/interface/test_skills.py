@@ -34,7 +34,7 @@ REQUIRED_SKILLS = {"air-launch", "air-monitor", "air-autoresearch", "air-gpu-hea
 DESIGN_TOOLS = {
     "launch_job", "get_job", "list_jobs", "get_logs", "get_metrics", "compare_jobs",
     "wait_for_jobs", "cancel_job", "list_gpus", "start_study", "get_study", "suggest_trials",
-    "stop_study", "wait_for_study",
+    "stop_study", "wait_for_study", "launch_jobs", "export_code",  # third wave
 }  # fmt: skip
 DESIGN_AUTORESEARCH = {"run": {"--resume"}, "status": set(), "report": set(), "demo": set()}
 # inline mentions that read as tool names: a verb, then what it acts on (`get_jobs`, a typo)
