@@ -70,6 +70,12 @@ _TABLE = (
         "a number >= 0", _at_least(0),
     ),
     Setting(
+        "AIR_CLAIM_S", "float", 600.0,
+        "seconds a trial that suggest_trials handed out stays claimed by the agent that asked:"
+        " another agent asking for the same study meanwhile gets other trials",
+        "a number of seconds > 0", _positive,
+    ),
+    Setting(
         "AIR_DATA_ROOTS", "str", None,
         "the folders that data inputs may come from, separated by `os.pathsep` (`:`)",
         default_text="unset: every data input is refused",

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from air_skills import settings
 from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
 from autoresearch.journal.journal import Journal, StudyState
 from autoresearch.report.report import load_state
@@ -200,12 +201,18 @@ def suggest_trials(
     study_dir_or_file: str | Path | dict[str, Any],
     n: int = 1,
     prior_jobs: list[str] | None = None,
+    claimed_by: str | None = None,
+    home: str | Path | None = None,
 ) -> dict[str, Any]:
     """The proposer's next ``n`` diffs for a study, without running them.
 
     With a study folder the proposer sees the study's whole history (and LLM costs are
     journaled against its budget); with a study file or dict it proposes from no history.
     ``prior_jobs`` (job ids run by hand) join that history, with their objectives.
+    With ``claimed_by`` (who asks: air-mcp passes its caller), each proposal handed out is
+    claimed in ``home``'s state database for AIR_CLAIM_S: another agent asking meanwhile gets
+    other trials; ``board`` lists the study's claimed trials, who proposed each, and the job
+    that ran it and who launched it.
     """
     from autoresearch.loop.loop import build_request
     from autoresearch.proposers import make_proposer, suggest
@@ -229,9 +236,33 @@ def suggest_trials(
         from autoresearch.loop.prior import with_prior
 
         state = with_prior(state, study, prior_jobs, Client())
+    from autoresearch.study import claims
+
+    store, key = None, claims.study_key(folder, study.name)
+    if claimed_by is not None:
+        from air_skills.client import Client
+
+        store = Client(home).store
+    # Ask for more than n when other agents hold claims: some proposals may be theirs.
+    held = claims.live_claims(store.conn, key, str(claimed_by)) if store is not None else 0
     proposer = make_proposer(study.proposer)
     code = _code_base(study, state)
-    result = suggest(proposer, build_request(study, state, n, purpose="suggest", code=code))
+    asked = min(64, n + held)
+    result = suggest(proposer, build_request(study, state, asked, purpose="suggest", code=code))
+    skipped: list[str] = []
+    if store is not None:
+        offered = [
+            (claims.trial_key(study.config_for(p.diff), p.patch), p) for p in result.proposals
+        ]
+        taken, skipped = claims.claim(
+            store,
+            key,
+            [(k, study.config_for(p.diff)) for k, p in offered],
+            str(claimed_by),
+            float(settings.get("AIR_CLAIM_S")),
+            n,
+        )
+        result.proposals = [offered[i][1] for i in taken]
     if folder is not None and Journal(folder).exists():
         journal = Journal(folder)
         for kind, fields in result.events:
@@ -260,7 +291,13 @@ def suggest_trials(
             f"{k}: {f.get('reason') or f.get('error') or '; '.join(f.get('problems', []))}"
             for k, f in result.events
             if k in ("fallback", "invalid_proposal") or (k == "llm_call" and not f.get("ok"))
-        ],
+        ]
+        + [f"skipped a proposal {why}" for why in skipped],
+        **(
+            {"claimed_by": claimed_by, "board": claims.board(store.conn, key)}
+            if store is not None
+            else {}
+        ),
     }
 
 

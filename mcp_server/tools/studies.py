@@ -174,9 +174,11 @@ def suggest_trials(
 ) -> StudyReply:
     """The study's proposer's next n config diffs (with why; in a code study, patches on a
     parent trial), not run: launch the ones you like with launch_job. An LLM proposer spends
-    the study's llm_usd."""
+    the study's llm_usd. Trials handed out are claimed for a while: other agents get others."""
     extra = {"prior_jobs": list(prior_jobs)} if prior_jobs else {}
-    return _study_call("suggest_trials", study, n=n, **extra)
+    return _study_call(
+        "suggest_trials", study, n=n, claimed_by=client.launcher(), home=str(client.home), **extra
+    )
 
 
 def stop_study(

@@ -118,10 +118,20 @@ CREATE TABLE IF NOT EXISTS identities (
     revoked_at REAL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS identities_token ON identities(token_hash);
+-- Proposals that suggest_trials handed out, claimed for a while (autoresearch/study/claims.py).
+CREATE TABLE IF NOT EXISTS trial_claims (
+    study TEXT NOT NULL,
+    trial_key TEXT NOT NULL,
+    config TEXT NOT NULL,
+    claimed_by TEXT NOT NULL,
+    claimed_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS trial_claims_key ON trial_claims(study, trial_key);
 """
 
 
-SCHEMA_VERSION = 9  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 10  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:
