@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from dataclasses import replace
@@ -18,6 +19,7 @@ from air_skills.backends.ray.sdk import call, connect, env_address, short
 from air_skills.backends.ray.settle import finish, finish_stopped, settle_gone
 from air_skills.backends.ray.submit import queued_message, submit
 from air_skills.errors import AirError
+from air_skills.home import open_job_file
 from air_skills.models import STORED, JobSpec
 from air_skills.runtime.code.code_source import ray_working_dir_of
 from air_skills.runtime.launch.prepare import LaunchContext
@@ -33,6 +35,7 @@ from air_skills.status import JobStatus
 # A record whose submission is not visible on Ray yet is left alone this long.
 SUBMIT_GRACE_S = 60.0
 _UNREACHABLE_NOTE = re.compile(r" \[Ray (unreachable|cluster) .*\]$", re.S)  # our note, last
+APPEND_SAFE = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC  # job-folder files: never wait on one
 
 
 def without_note(message: str) -> str:
@@ -317,9 +320,12 @@ def _resubmit(
     # Keep the finished attempt's output: the log goes on from it, Ray's next log after.
     log = Path(row.log_path)
     with contextlib.suppress(OSError), job_lock(log.parent, name="log.lock"):
-        with open(log, "ab") as f:
+        # Non-blocking, no link followed: a FIFO in the log's place is refused, not waited on.
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | APPEND_SAFE, 0o644)
+        with os.fdopen(fd, "ab") as f:
             f.write(f"\n[air] attempt {row.attempts + 1} on Ray as {sid}\n".encode())
-        (log.parent / "ray-previous.log").write_bytes(log.read_bytes())
+        with os.fdopen(open_job_file(log), "rb") as src:
+            (log.parent / "ray-previous.log").write_bytes(src.read())
     cluster = None
     with contextlib.suppress(AirError):
         cluster = cluster_view(ray)

@@ -16,7 +16,6 @@ Slurm job name (``air-<job id>``). An unreachable controller changes nothing.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from air_skills.backends.slurm.commands import ACTIVE, INFRA, WAITING, SlurmJob
 from air_skills.backends.slurm.runner import EXIT_FILE
 from air_skills.backends.slurm.submit import job_name, ref_of, slurm_id_of, submit
 from air_skills.errors import AirError
+from air_skills.home import read_job_json
 from air_skills.models import STORED, JobSpec
 from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.results.outcomes import max_infra_retries
@@ -41,9 +41,7 @@ def read_exit(jdir: Path) -> dict[str, Any] | None:
     """The runner's record of the command's end, if it wrote one (a regular file only)."""
     path = jdir / EXIT_FILE
     try:
-        if not path.is_file() or path.is_symlink():
-            return None
-        data = json.loads(path.read_text()[:4096])
+        data = read_job_json(path, max_bytes=4096)  # never waits on a FIFO, never follows a link
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
