@@ -194,6 +194,9 @@ class Client:
             raise
         if problems:
             info.message += "; WOULD NOT START: " + "; ".join(problems)
+        digest = info.code.digest if info.code else None
+        twice = duplicates.dry_run_note(self.store, spec, digest) if dry_run else None
+        info.message += f"; {twice}" if twice else ""
         near = (
             None
             if dry_run

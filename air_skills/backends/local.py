@@ -15,6 +15,7 @@ from air_skills.home import write_launch_env
 from air_skills.models import CodeInfo, JobInfo, JobSpec, JobStatus
 from air_skills.runtime.code.job_code import CodePlan, plan_code
 from air_skills.runtime.execution.sandbox import describe
+from air_skills.runtime.launch.duplicates import precheck
 from air_skills.runtime.launch.launch_run import claim_run, give_back_run
 from air_skills.runtime.launch.prepare import (
     LaunchContext,
@@ -53,6 +54,7 @@ class LocalBackend:
             return row_to_info(existing)
         spec, image = resolve_image(spec)  # its ID now: an unknown image is refused here
         code = self._code(spec)  # snapshot and patch checked: a refusal leaves nothing behind
+        precheck(store, spec, code.snapshot.digest if code else None)  # a duplicate: nothing made
         job = prepare_job(
             self.runtime,
             name=job_name(spec.name, spec.command),

@@ -63,3 +63,26 @@ def near_note(store: Store, job_id: str, within: float) -> str | None:
         f"NEAR-DUPLICATE of {other} ({status}): every number in the config within"
         f" {distance:.1%} of it (AIR_DEDUP_NEAR={within:g}); read its result first"
     )
+
+
+def precheck(store: Store, spec: Any, code_digest: str | None) -> None:
+    """Refuse a duplicate before its folder and MLflow run are made (``Store.queue`` checks
+    again, in its transaction, for launches that race)."""
+    data = spec.model_dump(mode="json")
+    if data.get("allow_duplicate") is False:
+        dedup.refuse_duplicate(store.conn, dedup.keys(data, code_digest)[0])
+
+
+def dry_run_note(store: Store, spec: Any, code_digest: str | None) -> str | None:
+    """What a dry run says when the launch would be refused as a duplicate."""
+    data = spec.model_dump(mode="json")
+    if data.get("allow_duplicate") is not False:
+        return None
+    found = dedup.same_run(store.conn, dedup.keys(data, code_digest)[0])
+    if found is None:
+        return None
+    job_id, status, who = found
+    return (
+        f"WOULD BE A DUPLICATE of {job_id} ({status}, launched by {who or 'the local user'}):"
+        " read its result, or pass allow_duplicate"
+    )

@@ -136,3 +136,19 @@ def nearest(
         if d <= within and (best is None or d < best[1]):
             best = (job_id, d, status)
     return best
+
+
+def backfill(c: sqlite3.Connection) -> int:
+    """Give the jobs of a home older than the run keys theirs (from their stored spec and
+    code digest), so a new launch is checked against them too; returns how many."""
+    rows = c.execute("SELECT job_id, spec, code FROM jobs WHERE run_key IS NULL").fetchall()
+    updates = []
+    for job_id, spec, code in rows:
+        try:
+            digest = (json.loads(code) or {}).get("digest") if code else None
+            run_key, near_key = keys(json.loads(spec), digest)
+        except (ValueError, TypeError, AttributeError):
+            continue  # an unreadable record keeps no key: it is never called a duplicate
+        updates.append((run_key, near_key, job_id))
+    c.executemany("UPDATE jobs SET run_key=?, near_key=? WHERE job_id=?", updates)
+    return len(updates)

@@ -131,6 +131,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS trial_claims_key ON trial_claims(study, trial_
 """
 
 
+RUN_KEYS_SINCE = 9  # the version that added jobs.run_key (store/dedup.py)
 SCHEMA_VERSION = 10  # raise it with every schema change: older homes gain the new columns
 
 
@@ -151,7 +152,8 @@ def _schema_columns() -> dict[str, dict[str, str]]:
 def migrate(c: sqlite3.Connection) -> None:
     """Create the tables, and add the columns that an older AIR_HOME lacks (inside ``c``'s
     transaction; nothing to do when another process migrated first)."""
-    if c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+    old = c.execute("PRAGMA user_version").fetchone()[0]
+    if old == SCHEMA_VERSION:
         return
     statements = [s for s in SCHEMA.split(";") if s.strip()]
     # Tables first, then the columns an older home lacks, then the indexes (which may use them).
@@ -167,4 +169,8 @@ def migrate(c: sqlite3.Connection) -> None:
     for statement, index in zip(statements, is_index, strict=True):
         if index:
             c.execute(statement)
+    if 0 < old < RUN_KEYS_SINCE:  # jobs from before run keys: checked for duplicates too
+        from air_skills.runtime.store.dedup import backfill
+
+        backfill(c)
     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

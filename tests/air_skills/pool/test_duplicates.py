@@ -114,9 +114,7 @@ def test_a_near_duplicate_is_launched_with_a_warning_naming_the_closest_job(
     assert "NEAR-DUPLICATE" not in far.message and "NEAR-DUPLICATE" not in other.message
 
 
-def test_a_batch_gives_the_running_job_for_a_duplicate_item(
-    client: Client, tmp_path: Path
-) -> None:
+def test_a_batch_gives_the_running_job_for_a_duplicate_item(client: Client, tmp_path: Path) -> None:
     """launch_jobs (launch_many) checks by default, for the local user too."""
     (tmp_path / "train.py").write_text(HOLD)
     item = {"command": [PY, "train.py"], "workdir": str(tmp_path)}
@@ -128,3 +126,36 @@ def test_a_batch_gives_the_running_job_for_a_duplicate_item(
     assert ids[0] == first.job_id and ids[1] == ids[2] and len(set(ids)) == 3
     assert infos[0].message.startswith("DUPLICATE, not queued") and infos[2].message
     assert len(client.list(limit=50).items) == 3  # distinct configs: 0.1, 0.2, 0.3
+
+
+def test_a_duplicate_leaves_no_folder_or_run_and_a_dry_run_names_it(
+    client: Client, tmp_path: Path
+) -> None:
+    ann = agent(client)
+    first = ann.launch(spec(tmp_path, config={"lr": 0.5}))
+    folders = sorted(p.name for p in (client.home / "jobs").iterdir())
+    dry = ann.launch(spec(tmp_path, config={"lr": 0.5}), dry_run=True)
+    assert f"WOULD BE A DUPLICATE of {first.job_id}" in dry.message, dry.message
+    assert "DUPLICATE" not in ann.launch(spec(tmp_path, config={"lr": 0.6}), dry_run=True).message
+    with pytest.raises(AirError, match=r"\[duplicate\]"):
+        ann.launch(spec(tmp_path, config={"lr": 0.5}))
+    assert sorted(p.name for p in (client.home / "jobs").iterdir()) == folders
+    runs = client.tracker.client.search_runs([first.experiment_id], run_view_type=3)
+    assert [r.info.run_id for r in runs] == [first.run_id]  # none left, deleted or not
+
+
+def test_the_jobs_of_an_older_home_are_checked_too(client: Client, tmp_path: Path) -> None:
+    """A home from before run keys: its jobs get theirs when it is opened (schema migration)."""
+    import sqlite3
+
+    old = client.launch(spec(tmp_path, SUMMARY, config={"lr": 0.1}))
+    client.wait([old.job_id], timeout_s=120)
+    db = sqlite3.connect(client.home / "air.db")
+    with db:
+        db.execute("UPDATE jobs SET run_key=NULL, near_key=NULL")
+        db.execute("PRAGMA user_version = 8")
+    db.close()
+    reopened = Client(client.home)
+    with pytest.raises(AirError) as refused:
+        agent(reopened).launch(spec(tmp_path, SUMMARY, config={"lr": 0.1}))
+    assert refused.value.context["job_id"] == old.job_id
