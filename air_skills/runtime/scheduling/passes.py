@@ -365,6 +365,17 @@ def reconcile(store: Store) -> int:
             continue
         else:
             what = "its supervisor died"
+        _stop_leftovers(store, row)
+        settled += _settle_lost(store, row, what)
+    if settled:
+        schedule_pass(store)
+    return settled
+
+
+def _stop_leftovers(store: Store, row: JobRecord) -> None:
+    """Stop what a lost job left running. Best effort: whatever its folder holds (a FIFO, a
+    bad record), the job is settled after it and the reconcile goes on to the next."""
+    try:
         # An orphaned command must not keep running on GPUs that we are about to hand out.
         if row.job_pid and proc.alive(row.job_pid, row.job_start):
             proc.kill_group(row.job_pid)
@@ -375,10 +386,8 @@ def reconcile(store: Store) -> int:
         image = container.load(job_dir(store.home, row.job_id))
         if image is not None:
             container.remove(image.engine, row.job_id, env=image.engine_env)
-        settled += _settle_lost(store, row, what)
-    if settled:
-        schedule_pass(store)
-    return settled
+    except Exception:  # the job is settled all the same: the queue must not wait on it
+        pass
 
 
 def _settle_lost(store: Store, row: JobRecord, what: str) -> int:

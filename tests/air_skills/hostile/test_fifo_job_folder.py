@@ -116,3 +116,24 @@ def test_a_lost_supervisor_with_fifos_in_its_folder_is_settled_and_frees_its_gpu
     assert grep.returncode == 1 and '"unsafe-job-file"' in grep.stdout, grep
     with pytest.raises(InvalidState):
         client.logs(lost.job_id)
+
+
+def test_a_garbled_record_in_a_lost_jobs_folder_does_not_stop_the_reconcile(
+    air_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_MAX_INFRA_RETRIES", "0")
+    client = Client(air_home)
+    lost = [client.launch(JobSpec(command=[PY, "-c", HOLD], gpus=1, track=False)) for _ in "ab"]
+    rows = [
+        wait_until(lambda i=i: (r := client.store.row(i.job_id)).job_pid and r, 60) for i in lost
+    ]
+    (air_home / "jobs" / lost[0].job_id / "container.json").write_text('["not", "a", "record"]')
+    (air_home / "jobs" / lost[1].job_id / "container.json").write_text('{"engine": "podman"}')
+    for row in rows:
+        os.kill(row.supervisor_pid, signal.SIGKILL)
+        proc.kill_group(row.job_pid)
+        wait_until(lambda r=row: not proc.alive(r.supervisor_pid, r.supervisor_start), 30)
+    listed = _air("ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    status = {j["job_id"]: j["status"] for j in json.loads(listed.stdout)}
+    assert [status[i.job_id] for i in lost] == ["FAILED", "FAILED"], status
