@@ -158,3 +158,41 @@ def test_status_prints_the_cost(studies: Path) -> None:
     assert done.returncode == 0, done.stderr
     line = next(x for x in done.stdout.splitlines() if x.startswith("cost"))
     assert "GPU $" in line and "LLM $" in line and "per kept improvement" in line
+
+
+def test_a_running_study_shows_its_gpus_and_live_curves(study_home: Path, tmp_path: Path) -> None:
+    import signal
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ar_helpers import small_study, start_loop
+    from helpers import wait_until
+
+    study = small_study(
+        name="gpu-live",
+        base_config={"steps": 40, "sleep_s": 0.5, "log": "mlflow"},  # 20 s: time to see it
+        budget={"trials": 2, "concurrency": 1},
+        gpus_per_trial=1,
+    )
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(study))
+    loop = start_loop(tmp_path / "s.yaml", tmp_path / "studies" / "gpu-live")
+    try:
+        with serving(tmp_path / "studies") as base:
+
+            def live() -> dict | None:
+                status, view = get_json(base + "/api/studies/gpu-live")
+                if status != 200 or not view["running"] or not view["gpus"]:
+                    return None
+                return view if len(view["running"][0]["curve"]) >= 2 else None
+
+            view = wait_until(live, timeout_s=120, every_s=0.5)
+            job = view["running"][0]["job_id"]
+            assert view["gpus"][0]["jobs"] == [job]  # the simulated GPU it holds
+            assert view["gpus"][0]["name"] == "Simulated GPU"
+            steps = [p[0] for p in view["running"][0]["curve"]]
+            assert steps == sorted(steps)  # read from MLflow while it runs
+    finally:
+        if loop.poll() is None:
+            loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=60)

@@ -61,7 +61,7 @@ def test_a_running_study_shows_its_trials_and_a_finishing_trial_appears_without_
 ) -> None:
     study = small_study(
         name="live",
-        base_config={"steps": 16, "sleep_s": 0.5, "log": "mlflow"},
+        base_config={"steps": 30, "sleep_s": 0.5, "log": "mlflow"},  # 15 s each
         budget={"trials": 3, "concurrency": 1},
     )
     study_file = tmp_path / "live.yaml"
