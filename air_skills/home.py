@@ -74,7 +74,7 @@ def refuse_unsafe_home(home: Path) -> None:
     launch runs. Refused, never repaired: what they wrote may already be in it. A dozen stats.
     """
     uid = os.geteuid()
-    real = home.resolve()
+    real = os.path.realpath(home)  # os.path, not pathlib: this runs on every launch
     try:
         st = os.stat(real)
     except FileNotFoundError:
@@ -84,14 +84,17 @@ def refuse_unsafe_home(home: Path) -> None:
             _unsafe(home, real, st, "AIR_HOME")
     # Inside a home that is ours and not writable by others, a part made under a umask of 002
     # (group-writable) is fine: the home is tightened to 0700 below, so no one else reaches it.
-    for path in (real / part for part in TRUSTED_PARTS):
+    for part in TRUSTED_PARTS:
+        path = f"{real}/{part}"
         try:
             st = os.stat(path)
         except FileNotFoundError:
             continue
         if st.st_uid != uid or st.st_mode & 0o002:
             _unsafe(home, path, st, "AIR_HOME")
-    for parent in real.parents:
+    parent = real
+    while parent != "/":
+        parent = os.path.dirname(parent)
         try:
             st = os.stat(parent)
         except FileNotFoundError:
@@ -101,7 +104,7 @@ def refuse_unsafe_home(home: Path) -> None:
             _unsafe(home, parent, st, "a folder above AIR_HOME")
 
 
-def _unsafe(home: Path, path: Path, st: os.stat_result, where: str) -> None:
+def _unsafe(home: Path, path: str, st: os.stat_result, where: str) -> None:
     uid = os.geteuid()
     mode = stat.filemode(st.st_mode)
     if st.st_uid != uid and not (where != "AIR_HOME" and st.st_uid == 0):
