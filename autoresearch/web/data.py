@@ -45,10 +45,18 @@ def find_study_dirs(roots: list[Path]) -> list[Path]:
 
 
 def default_roots() -> list[Path]:
-    """./studies and AIR_HOME/studies: where ``autoresearch run`` puts studies by default."""
-    from air_skills.home import default_home
+    """./studies, AIR_HOME/studies and every folder in this home's study registry (a study
+    started anywhere): read again on each request, so a study started later shows up."""
+    from autoresearch.study.registry import INDEX, registered, studies_root
 
-    return [Path.cwd() / STUDIES_DIR, default_home() / STUDIES_DIR]
+    roots = [Path.cwd() / STUDIES_DIR, studies_root()]
+    index = studies_root() / INDEX
+    try:
+        names = sorted(p.name for p in index.iterdir() if not p.name.startswith("."))
+    except OSError:
+        names = []
+    roots += [f for f in map(registered, names) if f is not None]
+    return roots
 
 
 def _duration_s(t: Trial, now: float) -> float | None:
@@ -126,7 +134,7 @@ class StudyIndex:
     def folders(self) -> dict[str, Path]:
         """{key: folder}: the key is the study's name (its folder's name when two share one)."""
         out: dict[str, Path] = {}
-        for folder in find_study_dirs(self.roots):
+        for folder in find_study_dirs(self.roots or default_roots()):
             try:
                 name = self.load(folder)[0].name
             except AirError:

@@ -10,7 +10,7 @@ from typing import Any
 
 from air_skills.errors import InvalidInput
 from autoresearch.web.app import build_app, is_loopback
-from autoresearch.web.data import StudyIndex, default_roots, study_view
+from autoresearch.web.data import StudyIndex, study_view
 from autoresearch.web.page import page_html
 
 HTML_REPORT = "report.html"
@@ -41,11 +41,11 @@ def serve(
     import uvicorn
 
     token = server_token(host)
-    index = StudyIndex(roots or default_roots(), mlflow_url=mlflow_url)
+    index = StudyIndex(list(roots), mlflow_url=mlflow_url)  # none: the defaults, each time
     app = build_app(index, token=token, bind_host=host)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
-    where = ", ".join(str(r) for r in index.roots)
+    where = ", ".join(str(r) for r in roots) or "./studies, AIR_HOME/studies and the registry"
     announce(f"study page: {url} (studies under {where}; Ctrl-C to stop)")
     if token:
         announce("token: AIR_MCP_TOKEN (open the page with ?token=..., or send it as a bearer)")

@@ -196,3 +196,19 @@ def test_a_running_study_shows_its_gpus_and_live_curves(study_home: Path, tmp_pa
         if loop.poll() is None:
             loop.send_signal(signal.SIGTERM)
         loop.wait(timeout=60)
+
+
+def test_with_no_folder_named_it_serves_the_registered_studies(
+    tmp_path: Path, air_home: Path
+) -> None:
+    from autoresearch.study.registry import register
+
+    first = write_journal(tmp_path / "anywhere" / "one", 5, name="reg-one")
+    register("reg-one", first)
+    with serving() as base:  # no folder: ./studies, AIR_HOME/studies and the registry
+        names = {s["name"] for s in get_json(base + "/api/studies")[1]["studies"]}
+        assert "reg-one" in names
+        later = write_journal(tmp_path / "elsewhere" / "two", 5, name="reg-two")
+        register("reg-two", later)  # started after the server: found on the next request
+        names = {s["name"] for s in get_json(base + "/api/studies")[1]["studies"]}
+        assert {"reg-one", "reg-two"} <= names
