@@ -290,7 +290,7 @@ def export(
 @_guard
 def serve(
     study_dirs: list[Path] = typer.Argument(
-        None, help="study folders, or folders of them (default ./studies)"
+        None, help="study folders (default: ./studies, AIR_HOME/studies, the registry)"
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="beyond loopback: needs AIR_MCP_TOKEN"),
     port: int = typer.Option(8765, "--port"),
