@@ -82,13 +82,18 @@ def describe(spec: Mapping[str, object]) -> str | None:
 
 
 def _named_paths(argv: list[str]) -> list[str]:
-    """The existing absolute paths a command names, as their folders (a script's siblings are
-    its imports), or the file itself when its folder is / or /tmp (kept private)."""
+    """The absolute paths a command names, as their folders (a script's siblings are its
+    imports; a file not made yet will appear there), or the file itself when its folder is /
+    or /tmp (kept private)."""
     out: list[str] = []
     for arg in argv[1:]:
         if not arg.startswith("/") or "\x00" in arg:
             continue
         real = os.path.realpath(arg)
+        if not os.path.exists(real):  # one it will look for: the folder it would be in
+            real = os.path.dirname(real)
+            if not os.path.isdir(real):
+                continue
         if os.path.isfile(real):
             folder = os.path.dirname(real)
             real = real if folder in ("/", "/tmp") else folder

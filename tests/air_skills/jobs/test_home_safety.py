@@ -37,6 +37,7 @@ def test_another_user_cannot_read_the_home_or_a_jobs_secret(
     request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))
     home = base / "home"
     monkeypatch.setenv("AIR_HOME", str(home))
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the job writes what it got outside its folder
     secret = "sk-" + os.urandom(12).hex()
     seen = base / "seen"
     code = f"import os, time; time.sleep(1); open({str(seen)!r}, 'w').write(os.environ['API_KEY'])"

@@ -158,6 +158,7 @@ def test_a_job_runs_in_the_environment_it_was_launched_from(
     client: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("AIR_SUPERVISOR_LINGER_S", "60")
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the job writes into tmp_path, outside its folder
     first = client.launch(spec([PY, "-c", "pass"], gpus=1))
     client.wait([first.job_id], timeout_s=30)
     wait_until(lambda: idle_supervisors(client))  # the next job goes to this process
