@@ -16,18 +16,38 @@ from autoresearch.web.page import page_html
 HTML_REPORT = "report.html"
 
 
-def server_token(host: str) -> str | None:
-    """The token (AIR_MCP_TOKEN, as ``air-mcp`` over HTTP); refuses a non-loopback bind without."""
+MCP_TOKEN_FILE = "mcp-token"  # air-mcp's generated token in AIR_HOME (mcp_server/auth.py)
+
+
+def server_token(host: str) -> tuple[str | None, str]:
+    """(token, where it is), as ``air-mcp`` over HTTP finds it: AIR_MCP_TOKEN, else the
+    owner-only AIR_HOME/mcp-token that air-mcp made. A bind beyond loopback without one is
+    refused; a token file others could read is not used (its token may be known)."""
+    import os
+    import stat
+
     from air_skills import settings
+    from air_skills.home import default_home
 
     token = settings.get("AIR_MCP_TOKEN")
-    if not token and not is_loopback(host):
+    if token:
+        return token, "AIR_MCP_TOKEN"
+    path = default_home() / MCP_TOKEN_FILE
+    try:
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077:
+            text = path.read_text(encoding="utf-8").strip()
+            if text:
+                return text, f"the token in {path}"
+    except OSError:
+        pass
+    if not is_loopback(host):
         raise InvalidInput(
             f"the study page would listen on {host} without a token",
-            hint="set AIR_MCP_TOKEN to a secret and open the page with ?token=THAT, or bind"
-            " 127.0.0.1 (the default)",
+            hint="set AIR_MCP_TOKEN to a secret (or start `air-mcp --transport http` once: it"
+            " writes AIR_HOME/mcp-token) and open the page with ?token=..., or bind 127.0.0.1",
         )
-    return token or None
+    return None, ""
 
 
 def serve(
@@ -40,7 +60,7 @@ def serve(
     """Serve the studies under ``roots`` (default ./studies) until interrupted."""
     import uvicorn
 
-    token = server_token(host)
+    token, source = server_token(host)
     index = StudyIndex(list(roots), mlflow_url=mlflow_url)  # none: the defaults, each time
     app = build_app(index, token=token, bind_host=host)
     shown = f"[{host}]" if ":" in host else host
@@ -48,7 +68,7 @@ def serve(
     where = ", ".join(str(r) for r in roots) or "./studies, AIR_HOME/studies and the registry"
     announce(f"study page: {url} (studies under {where}; Ctrl-C to stop)")
     if token:
-        announce("token: AIR_MCP_TOKEN (open the page with ?token=..., or send it as a bearer)")
+        announce(f"token: {source} (open the page with ?token=..., or send it as a bearer)")
     # access_log off: a ?token= query must never reach a log line
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
 

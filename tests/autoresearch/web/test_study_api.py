@@ -212,3 +212,21 @@ def test_with_no_folder_named_it_serves_the_registered_studies(
         register("reg-two", later)  # started after the server: found on the next request
         names = {s["name"] for s in get_json(base + "/api/studies")[1]["studies"]}
         assert {"reg-one", "reg-two"} <= names
+
+
+def test_the_token_air_mcp_wrote_in_air_home_serves_too(
+    studies: Path, air_home: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv("AIR_MCP_TOKEN", raising=False)
+    air_home.mkdir(parents=True, exist_ok=True)
+    token_file = air_home / "mcp-token"
+    token_file.write_text("from-the-file\n")
+    token_file.chmod(0o644)  # others could read it: not used, so no token at all
+    cmd = [sys.executable, "-m", "autoresearch.cli", "serve", str(studies), "--host", "0.0.0.0"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "without a token" in done.stderr
+    token_file.chmod(0o600)
+    with serving(studies, host="0.0.0.0") as base:
+        assert http(base + "/api/studies")[0] == 401
+        ok = {"Authorization": "Bearer from-the-file"}
+        assert get_json(base + "/api/studies", headers=ok)[0] == 200
