@@ -24,6 +24,14 @@ def resolve_sandbox(spec: JobSpec, home: Path) -> JobSpec:
     the job unsandboxed then, and its record says why.
     """
     mode = spec.sandbox or settings.get("AIR_SANDBOX")
+    if not spec.network:  # only a sandbox can cut the network: never dropped silently
+        if mode == "off":
+            raise InvalidInput(
+                "network: false needs a sandbox, and the job has sandbox: off: nothing launched",
+                code="invalid-spec",
+                hint="drop sandbox: off (or AIR_SANDBOX=off), or drop network: false",
+            )
+        mode = "on"
     writable = check_writable(spec.writable, home) if spec.writable else []
     tags = {k: v for k, v in spec.tags.items() if k != REASON_TAG}
     if mode == "off":

@@ -213,6 +213,9 @@ def test_network_false_cuts_the_network(client: Client) -> None:
     assert done.status == JobStatus.SUCCEEDED, client.logs(info.job_id).text
     with_net = client.launch(JobSpec(command=[PY, "-c", probe], track=False))
     assert client.wait([with_net.job_id], timeout_s=60)[0].exit_code == 3
+    with pytest.raises(AirError) as refused:  # only a sandbox cuts it: never dropped silently
+        client.launch(JobSpec(command=["true"], network=False, sandbox="off", track=False))
+    assert refused.value.code == "invalid-spec" and "network" in refused.value.message
 
 
 def test_a_job_killed_by_a_signal_inside_the_sandbox_is_reported_as_that_signal(
