@@ -159,6 +159,15 @@ MAX_JOB_FILE_BYTES = 16 << 20  # a record, plan, env or config file; logs are st
 _OPEN_JOB_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFSOCK: "a socket",
+}
+
+
 class NotRegularFile(OSError):
     """A job-folder path that is a FIFO, device, socket or folder, or is too big to read."""
 
@@ -170,8 +179,9 @@ def open_job_file(path: str | os.PathLike[str]) -> int:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-            raise NotRegularFile(errno.EINVAL, f"{os.fspath(path)} is {kind}", os.fspath(path))
+            kind = _KINDS.get(stat.S_IFMT(mode), "something else")
+            text = f"{os.fspath(path)} is not a regular file (it is {kind})"
+            raise NotRegularFile(errno.EINVAL, text, os.fspath(path))
         os.set_blocking(fd, True)  # a regular file: reads do not wait anyway
     except BaseException:
         os.close(fd)

@@ -13,12 +13,13 @@ import contextlib
 import os
 import re
 import shutil
-import stat
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from air_skills.home import open_job_file
 
 PY_SPY_TIMEOUT_S = 10.0
 # torch.distributed calls that wait for the other ranks: a rank stuck in one is waiting for a
@@ -258,17 +259,10 @@ def read_small(path: Path, limit: int = 4096) -> str | None:
     """A small regular file of a job's folder, opened without blocking or following a link
     (a FIFO left there must not hang the supervisor); None for anything else."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        with os.fdopen(open_job_file(path), "rb") as f:
+            return f.read(limit).decode(errors="replace")
+    except OSError:  # missing, a link, a FIFO or a device
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, limit).decode(errors="replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def save(path: Path, stacks: list[ProcessStack], headline: str) -> str | None:
