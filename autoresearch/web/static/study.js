@@ -5,7 +5,7 @@
   const AIR = window.AIR || { mode: "live" };
   const app = document.getElementById("app");
   const POLL_MS = 1000;
-  const ui = { sort: "n", asc: true, filter: "", status: "", selected: null, version: null };
+  const ui = { sort: "n", asc: true, filter: "", status: "", selected: null, version: null, scrollTop: 0 };
   let current = null;
 
   const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g,
@@ -119,7 +119,10 @@
     });
     let pending = false;
     document.querySelector(".table-wrap").addEventListener("scroll", () => {
-      if (!pending) { pending = true; requestAnimationFrame(() => { pending = false; drawWindow(); }); }
+      if (!pending) {
+        pending = true;
+        requestAnimationFrame(() => { pending = false; ui.scrollTop = document.querySelector(".table-wrap").scrollTop; drawWindow(); });
+      }
     });
     document.querySelector("#trials tbody").addEventListener("click", (e) => {
       const tr = e.target.closest("tr.trial"); if (!tr || e.target.tagName === "A") return;
@@ -145,7 +148,7 @@
       <td>${esc(t.hardware)}</td><td>${t.mlflow ? `<a href="${esc(t.mlflow)}" target=_blank rel=noopener>run</a>` : ""}</td></tr>`;
 
   // The table draws only the rows in view (one line each): 1,000 trials cost what 40 do.
-  const BUFFER_ROWS = 15;
+  const BUFFER_ROWS = 15, VIEW_PX = 520; // .table-wrap's max-height in study.css
   let tableRows = [], rowH = 28, measured = false; // 28 px: the CSS's row height
 
   function renderTable(v) {
@@ -168,8 +171,11 @@
   function drawWindow() {
     const wrap = document.querySelector(".table-wrap"), body = document.querySelector("#trials tbody");
     if (!wrap || !body) return;
-    const first = Math.max(0, Math.floor(wrap.scrollTop / rowH) - BUFFER_ROWS);
-    const last = Math.min(tableRows.length, first + Math.ceil(wrap.clientHeight / rowH) + 2 * BUFFER_ROWS);
+    // the scroll offset as last read while the layout was clean, and the view's CSS height:
+    // reading them here, after the chart was redrawn, would force a layout of the whole page
+    const inView = Math.ceil(VIEW_PX / rowH);
+    const first = Math.max(0, Math.min(Math.floor(ui.scrollTop / rowH), tableRows.length - inView) - BUFFER_ROWS);
+    const last = Math.min(tableRows.length, first + inView + 2 * BUFFER_ROWS);
     const gap = (n) => (n > 0 ? `<tr class=gap style="height:${n * rowH}px"><td colspan=${COLS.length}></td></tr>` : "");
     body.innerHTML = gap(first) + tableRows.slice(first, last).map(rowHtml).join("") + gap(tableRows.length - last);
     const one = measured ? null : body.querySelector("tr.trial");
@@ -201,6 +207,8 @@
   }
 
   function renderStudy(v) {
+    const wrap = document.querySelector(".table-wrap");
+    ui.scrollTop = wrap ? wrap.scrollTop : 0; // before any change: the layout is still clean
     if (!document.getElementById("cards")) skeleton(v);
     current = v;
     const best = v.best;
