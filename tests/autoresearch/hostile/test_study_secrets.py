@@ -15,10 +15,11 @@ from ar_helpers import TRIAL_SCRIPT, small_study, start_loop
 from helpers import wait_until
 
 from air_skills import Client
-from autoresearch.api import get_study, start_study
+from autoresearch.api import get_study
 from autoresearch.journal.journal import Journal
 from autoresearch.loop.loop import run_study
 from autoresearch.study.folder import ENV_FILE
+from mcp_server.tools import studies
 
 
 def _secret() -> str:
@@ -81,13 +82,12 @@ def test_a_cli_study_keeps_its_env_values_owner_only_and_a_resume_reads_them_bac
     assert _trials_got(folder, secret) >= 2  # the resumed trials got the value
 
 
-def test_start_study_in_the_background_writes_no_value_outside_env_json(
-    study_home: Path, tmp_path: Path
-) -> None:
+def test_mcp_start_study_writes_no_value_outside_env_json(study_home: Path, tmp_path: Path) -> None:
     secret = _secret()
     folder = tmp_path / "bg"
     data = _study("secrets-bg", secret, trials=1)
-    start_study(data, folder, poll_s=0.2)  # what MCP start_study calls
+    reply = studies.start_study(Client(), study=data, study_dir=str(folder))  # the MCP tool
+    assert secret not in reply.model_dump_json()
     start = folder / ".start.yaml"
     assert stat.S_IMODE(start.stat().st_mode) == 0o600
     assert secret not in start.read_text() and "SECRET_KEY" in start.read_text()
