@@ -175,4 +175,4 @@ def test_backend_project_and_data_keys(tmp_path: Path) -> None:
     )
     assert study.backend == "ray" and study.project == "vision" and study.data[0].name == "d"
     with pytest.raises(ValueError):
-        Study.model_validate({**base, "backend": "slurm"})
+        Study.model_validate({**base, "backend": "kubernetes"})
