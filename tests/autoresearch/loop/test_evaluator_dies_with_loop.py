@@ -59,7 +59,9 @@ def test_the_evaluator_dies_with_the_loop_and_resume_evaluates_once(
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "gate").touch()
-    study = code_study(tree, evaluate=f"{sys.executable} evaluate.py", budget={"trials": 1})
+    # sandbox off: this evaluator writes its notes outside its scratch folder
+    study = code_study(tree, evaluate=f"{sys.executable} evaluate.py", budget={"trials": 1},
+                       sandbox="off")  # fmt: skip
     study_file, folder = tmp_path / "study.yaml", tmp_path / "study"
     study_file.write_text(yaml.safe_dump(study))
     loop = start_loop(study_file, folder, EVAL_NOTES=str(notes))
