@@ -35,6 +35,25 @@ def usable(value: float | None) -> bool:
     return value is not None and math.isfinite(value) and abs(value) < OVERFLOW
 
 
+def _summary_non_finite(log_text: str, metric: str) -> float | None:
+    """The objective's nan or inf from the run's closing ``---`` block (the summary reader
+    leaves such values out of MLflow), else None."""
+    from air_skills.runtime.results.summary_block import parse_summary
+
+    _, bad = parse_summary(log_text)
+    if metric not in bad:
+        return None
+    for line in reversed(log_text.splitlines()):
+        key, _, raw = line.partition(":")
+        if key.strip() == metric:
+            try:
+                value = float(raw.strip())
+            except ValueError:
+                return None
+            return value if not math.isfinite(value) else None
+    return None
+
+
 def ts(value: Any) -> float | None:
     """A datetime or a number as epoch seconds."""
     if value is None:
@@ -103,6 +122,8 @@ def trial_outcome(
         fields["value"] = t.value
     elif status == "SUCCEEDED":
         value = latest.get(metric)
+        if value is None:
+            value = _summary_non_finite(log_tail(), metric)  # nan/inf is never logged to MLflow
         if value is None:
             out.logged = sorted(latest)
             fields.update(

@@ -85,3 +85,38 @@ def test_a_non_finite_or_overflowed_objective_is_a_failed_trial_never_best(
         and d["trial"] in bad
         and d["decision"] not in ("discard", "failed", None)
     ], events
+
+
+SUMMARY_DIVERGE = """\
+import json, os
+level = json.load(open(os.environ["AIR_CONFIG_FILE"]))["level"]
+print("---")
+print("loss:", ["0.5", "nan", "inf"][level])
+"""
+
+
+def test_a_nan_or_inf_in_the_summary_block_is_non_finite_not_a_missing_metric(
+    study_home: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text(SUMMARY_DIVERGE)
+    study = small_study(
+        name="summary-diverge",
+        workdir=str(work),
+        command=["python", "train.py"],
+        base_config={"level": 0},
+        search_space={"level": {"type": "int", "low": 0, "high": 2}},
+        budget={"trials": 3, "concurrency": 1},
+    )
+    study["noise"] = {"repeats": 0}
+    folder = tmp_path / "summary-diverge"
+    start_study(study, str(folder), background=False)  # no unknown-metric stop
+    events = Journal(folder).read()
+    finished = {e["trial"]: e for e in events if e["event"] == "finished"}
+    levels = {e["trial"]: e["config"]["level"] for e in events if e["event"] == "proposal"}
+    assert sorted(levels.values()) == [0, 1, 2]
+    for n, level in levels.items():
+        if level:
+            assert finished[n]["failure_kind"] == "non-finite", finished[n]
+    assert get_study(folder)["best"]["value"] == 0.5
