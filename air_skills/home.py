@@ -156,7 +156,8 @@ def job_dir(home: Path, job_id: str) -> Path:
 # files only, so no reader (supervisor, reconcile, `air ls`, `air logs`) ever waits on one.
 
 MAX_JOB_FILE_BYTES = 16 << 20  # a record, plan, env or config file; logs are streamed
-_OPEN_JOB_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_NO_WAIT = os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_JOB_FILE = os.O_RDONLY | _NO_WAIT
 
 
 _KINDS = {
@@ -175,14 +176,24 @@ class NotRegularFile(OSError):
 def open_job_file(path: str | os.PathLike[str]) -> int:
     """A read-only descriptor of ``path``, a regular file; never blocks. FileNotFoundError when
     missing, OSError (ELOOP) for a symlink, NotRegularFile for anything but a regular file."""
-    fd = os.open(path, _OPEN_JOB_FILE)
+    return _regular(os.open(path, _OPEN_JOB_FILE), path)
+
+
+def append_job_file(path: str | os.PathLike[str]) -> int:
+    """A descriptor appending to ``path`` (made 0644 when missing), a regular file; never blocks
+    (a FIFO in its place, with no reader, would block a plain open for writing forever)."""
+    return _regular(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NO_WAIT, 0o644), path)
+
+
+def _regular(fd: int, path: str | os.PathLike[str]) -> int:
+    """``fd`` made blocking again if it is a regular file; else closed and NotRegularFile."""
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             kind = _KINDS.get(stat.S_IFMT(mode), "something else")
             text = f"{os.fspath(path)} is not a regular file (it is {kind})"
             raise NotRegularFile(errno.EINVAL, text, os.fspath(path))
-        os.set_blocking(fd, True)  # a regular file: reads do not wait anyway
+        os.set_blocking(fd, True)  # a regular file: reads and writes do not wait anyway
     except BaseException:
         os.close(fd)
         raise

@@ -17,6 +17,7 @@ from air_skills.home import (
     FOLDER_RECORD,
     JOB_ENV,
     LAUNCH_ENV,
+    append_job_file,
     job_dir,
     open_job_file,
     read_job_env,
@@ -97,8 +98,8 @@ class CommandLaunch:
 
     def popen(self) -> subprocess.Popen[bytes]:
         """Start it (argv, never a shell) in its own process group, output to the log."""
-        try:
-            log = open(self.log_path, "ab")
+        try:  # a FIFO in the log's place fails the start (NotRegularFile), never blocks it
+            log = os.fdopen(append_job_file(self.log_path), "ab")
         except FileNotFoundError:  # the folder went between command_launch and now
             raise JobFolderGone(Path(self.log_path).parent) from None
         try:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.gpu.providers import provider
-from air_skills.home import job_dir
+from air_skills.home import append_job_file, job_dir
 from air_skills.runtime.execution.launch_env import command_launch
 from air_skills.runtime.process import proc
 from air_skills.runtime.process.signals import POKE_SIGNAL, wait_exit
@@ -86,7 +86,7 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
                     wait_exit(job_pid, SUPERVISOR_DEFER_S)
             null = os.open(os.devnull, os.O_RDWR)
             try:
-                err = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                err = append_job_file(err_path)  # a FIFO there: refused, never waited on
             except OSError:  # the job's folder is gone: the supervisor still records why
                 err = null
             os.dup2(null, 0)

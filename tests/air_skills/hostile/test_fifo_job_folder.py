@@ -78,14 +78,18 @@ def test_a_queued_job_whose_config_is_a_fifo_fails_at_start_and_the_queue_moves_
     cfg = "import json, os; print(json.load(open(os.environ['AIR_CONFIG_FILE'])))"
     spec = JobSpec(command=[PY, "-c", cfg], gpus=1, config={"lr": 0.1}, track=False)
     wedged = client.launch(spec)
+    logless = client.launch(JobSpec(command=[PY, "-c", "print('lost')"], gpus=1, track=False))
     after = client.launch(JobSpec(command=[PY, "-c", "print('next')"], gpus=1, track=False))
     assert client.get(wedged.job_id).status == JobStatus.QUEUED
     _fifo(air_home / "jobs" / wedged.job_id / "config.json")
-    client.cancel(holder.job_id)  # the GPU goes to the job with the FIFO
-    done = client.wait([wedged.job_id, after.job_id], timeout_s=60, any=False)
+    _fifo(air_home / "jobs" / logless.job_id / "output.log")  # written to, not read
+    _fifo(air_home / "jobs" / logless.job_id / "supervisor.log")
+    client.cancel(holder.job_id)  # the GPU goes to the jobs with the FIFOs, one by one
+    done = client.wait([wedged.job_id, logless.job_id, after.job_id], timeout_s=60, any=False)
     by_id = {i.job_id: i for i in done}
-    assert by_id[wedged.job_id].status == JobStatus.FAILED
-    assert "config.json" in by_id[wedged.job_id].message, by_id[wedged.job_id].message
+    for job_id, name in ((wedged.job_id, "config.json"), (logless.job_id, "output.log")):
+        assert by_id[job_id].status == JobStatus.FAILED
+        assert name in by_id[job_id].message, by_id[job_id].message
     assert by_id[after.job_id].status == JobStatus.SUCCEEDED  # the queue moved on
 
 
