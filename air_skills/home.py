@@ -52,7 +52,8 @@ def ensure_home(home: Path) -> Path:
 
 
 # What in AIR_HOME decides what runs (the code store and its stat cache, the job folders, the
-# state and tracking databases): each must be ours and writable by us alone, like the home.
+# state and tracking databases, the container engine's settings): each must be ours and
+# writable by us alone, like the home.
 TRUSTED_PARTS = (
     "jobs",
     "code",
@@ -62,6 +63,7 @@ TRUSTED_PARTS = (
     "air.db-wal",
     "air.db-shm",
     "mlflow.db",
+    "containers",  # the engine settings air passes podman (runtime/containers/engine_config.py)
 )
 
 
