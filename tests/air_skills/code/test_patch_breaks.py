@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -140,3 +141,51 @@ def test_a_file_over_the_patch_limit_is_refused_naming_it(
         client.launch({**spec, "patch": patch}, dry_run=True)
     small = patch.replace("data.py", "small.py")
     assert client.launch({**spec, "patch": small}, dry_run=True).code.patched
+
+
+def _plain_apply(text: str, data: bytes) -> list[str] | str:
+    """The reference: each hunk tried at every place, nearest its line number first."""
+    from air_skills.runtime.code.patch import parse_patch
+
+    (fp,) = parse_patch(text)
+    out = data.decode().splitlines(keepends=True)
+    offset = floor = 0
+    for hunk in fp.hunks:
+        old, new = hunk.old(), hunk.new()
+        expected = (max(hunk.old_start - 1, 0) if hunk.old_len else hunk.old_start) + offset
+        if not old:
+            pos: int | None = min(max(expected, floor), len(out))
+        else:
+            places = sorted(range(floor, len(out) - len(old) + 1),
+                            key=lambda p: (abs(p - expected), p))  # fmt: skip
+            pos = next((p for p in places if out[p : p + len(old)] == old), None)
+        if pos is None:
+            return "does not apply"
+        out[pos : pos + len(old)] = new
+        offset += len(new) - len(old)
+        floor = pos + len(new)
+    return out
+
+
+def test_the_linear_matcher_finds_what_a_plain_search_finds() -> None:
+    rng = random.Random(30)
+    for _ in range(3000):
+        lines = [f"l{rng.randint(0, 4)}\n" for _ in range(rng.randint(0, 30))]
+        text = "--- a/f\n+++ b/f\n"
+        for _ in range(rng.randint(1, 3)):
+            body = [rng.choice(" -") + f"l{rng.randint(0, 4)}\n" for _ in range(rng.randint(0, 4))]
+            adds = [f"+x{rng.randint(0, 9)}\n" for _ in range(rng.randint(0, 2))]
+            kept = sum(1 for b in body if b[0] == " ") + len(adds)
+            if body or adds:
+                start = rng.randint(1, max(1, len(lines)))
+                text += f"@@ -{start},{len(body)} +{start},{kept} @@\n" + "".join(body + adds)
+        if "@@" not in text:
+            continue
+        data = "".join(lines).encode()
+        want = _plain_apply(text, data)
+        try:
+            got: list[str] | str = apply_patch(text, {"f": data}.get)["f"].decode()
+            want = "".join(want) if isinstance(want, list) else want
+        except InvalidSpec as exc:
+            got = "does not apply" if "does not apply" in exc.message else exc.message
+        assert got == want, text
