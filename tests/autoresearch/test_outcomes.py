@@ -42,7 +42,10 @@ def outcome(info: JobInfo, trial: Trial | None = None, **kw: Any) -> Any:
     "status,kw,expected_status,expected_failure",
     [
         ("SUCCEEDED", {}, "SUCCEEDED", None),
-        ("SUCCEEDED", {"latest": {"loss": float("nan")}}, "FAILED", "the objective loss is nan"),
+        ("SUCCEEDED", {"latest": {"loss": float("nan")}}, "FAILED",
+         "non-finite: the objective loss is nan"),
+        ("SUCCEEDED", {"latest": {"loss": 1.7976931348623157e308}}, "FAILED",  # MLflow's inf
+         "non-finite: the objective loss is 1.7976931348623157e+308 (overflow: float max)"),
         ("FAILED", {}, "FAILED", "ValueError: bad shape"),  # the log's exception line
         ("TIMED_OUT", {}, "FAILED", "timed out: "),
         ("CANCELLED", {}, "CANCELLED", ""),  # cancelled from outside: the job's message
