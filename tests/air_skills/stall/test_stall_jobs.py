@@ -239,3 +239,27 @@ def test_the_stacks_are_attached_to_the_mlflow_run(client: Client) -> None:
     mc = MlflowClient(f"sqlite:///{client.home / 'mlflow.db'}")
     text = mc.download_artifacts(done.run_id, "air/stacks-attempt-1.txt")
     assert "spin (<string>:6)" in Path(text).read_text()
+
+
+def test_a_preempted_job_waiting_to_resume_is_not_stalled(client: Client) -> None:
+    ticking = "import time\nfor i in range({n}):\n    print(i, flush=True)\n    time.sleep(0.5)\n"
+    low = client.launch(
+        JobSpec(
+            command=[PY, "-c", ticking.format(n=10)],
+            gpus=4,
+            priority="low",
+            preemptible=True,
+            stall_timeout_min=0.03,
+            track=False,
+        )  # fmt: skip
+    )
+    wait_until(lambda: client.get(low.job_id).status == JobStatus.RUNNING, 30)
+    high = client.launch(
+        JobSpec(command=[PY, "-c", ticking.format(n=12)], gpus=4, priority="high", track=False)
+    )
+    # Preempted, it waits in the queue for longer than its stall timeout, then resumes.
+    wait_until(lambda: client.get(low.job_id).attempts >= 2, 60)
+    done = client.wait([low.job_id], timeout_s=120, any=False)[0]
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    assert "stalled" not in done.message
+    assert client.wait([high.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
