@@ -234,6 +234,7 @@ async def test_replies_are_compact(tracked: str, server, client: Client) -> None
                     "gpus": 1,
                     "name": f"tinygpt-lr-sweep-{i:03d}",
                     "track": False,
+                    "check_command": False,  # never started: no train.py needed
                     "config": {"lr": 0.001 * i},
                 }
             )
