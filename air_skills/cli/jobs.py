@@ -118,6 +118,12 @@ def launch(
         help="launch even if the program or script is not there yet (the job creates it)",
     ),
     watch: bool = typer.Option(False, "--watch", help="follow the log until the job ends"),
+    allow_duplicate: Optional[bool] = typer.Option(
+        None,
+        "--allow-duplicate/--no-duplicate",
+        help="run even if the same experiment ran or runs (--no-duplicate: refuse it;"
+        " default AIR_DEDUP)",
+    ),
     seeds: Optional[str] = typer.Option(
         None, "--seeds", help="one job per seed, e.g. 0,1,2 (config key: --seed-key, default seed)"
     ),
@@ -162,6 +168,7 @@ def launch(
         "writable": writable,
         "network": network,
         "check_command": False if no_check_command else None,
+        "allow_duplicate": allow_duplicate,
     }
     spec = spec_from_args(spec_file, command, options)
     if config:
@@ -239,7 +246,7 @@ def ls(
         "project": max((len(i.project) + 12 * bool(i.borrowing) for i in page.items), default=7),
         "by": max((len(i.launched_by or "-") for i in page.items), default=2),
     }
-    share = {"name": 3, "project": 5, "by": 5}
+    share = {"name": 3, "project": 5, "by": 3}  # who launched: enough to tell agents apart
     cut = {k: max(4, min(v, room // share[k])) for k, v in longest.items()}
     cut["message"] = max(4, room - cut["name"] - cut["project"] - (cut["by"] if shared else 0))
     t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)

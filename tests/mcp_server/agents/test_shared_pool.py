@@ -87,4 +87,8 @@ async def test_four_agents_with_overlapping_configs_run_each_once_and_share_a_bo
             },
         )
         assert again.is_error and by_lr[0.1].job_id in again.content[0].text
+        job = await mcp.call_tool("get_job", {"job_id": by_lr[0.1].job_id})
+        who = by_lr[0.1].launched_by
+        assert job.structured_content["launched_by"] == who
+        assert f"launched by {who}" in job.content[0].text
         assert "SUCCEEDED" in again.content[0].text and "val_loss=1" in again.content[0].text
