@@ -84,8 +84,9 @@ def test_fault_before_start_lands_on_another_gpu(client: Client, faults: Faults)
 
 
 def test_fault_mid_run_requeues_and_finishes_elsewhere(
-    client: Client, faults: Faults, tmp_path: Path
+    client: Client, faults: Faults, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the job marks its start in tmp_path
     marker = tmp_path / "first-attempt-running"
     code = (
         "import os, sys, time\n"
@@ -120,7 +121,10 @@ def test_fault_mid_run_requeues_and_finishes_elsewhere(
 
 
 @pytest.mark.slow
-def test_hundred_launches_after_a_cordon_avoid_it(client: Client, tmp_path: Path) -> None:
+def test_hundred_launches_after_a_cordon_avoid_it(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the jobs write what they saw into tmp_path
     client.cordon(2, "fan failure")
     out = tmp_path / "seen"
     out.mkdir()
