@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from ar_helpers import start_loop
 from code_tree import code_study, make_tree
@@ -87,3 +88,46 @@ def test_the_evaluator_dies_with_the_loop_and_resume_evaluates_once(
     (t,) = replay(events).ordered()
     assert t.status == TrialStatus.SUCCEEDED and t.value == 1.5 and t.decision == "baseline"
     assert not (folder / ".evaluate" / "running.json").exists()
+
+
+def marked(folder: Path) -> list[int]:
+    """Live processes serving the study in ``folder`` as its evaluator (their environment)."""
+    mark = f"AIR_EVALUATOR_OF={folder.resolve()}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or gone(int(name)):
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_sandboxed_evaluator_dies_with_the_loop_too(study_home: Path, tmp_path: Path) -> None:
+    """The default for a code study with an evaluator: it runs in its own sandbox (bwrap),
+    started through the same boot; kill -9 of the loop takes the sandbox and all in it."""
+    from air_skills.runtime.execution import sandbox
+
+    if sandbox.unavailable() is not None:
+        pytest.skip(f"no sandbox here: {sandbox.unavailable()}")
+    tree = make_tree(tmp_path / "tree")
+    (tree / "evaluate.py").write_text(
+        "import time\nprint('evaluating', flush=True)\ntime.sleep(600)\n"
+    )
+    study = code_study(tree, evaluate=f"{sys.executable} evaluate.py", budget={"trials": 1})
+    study_file, folder = tmp_path / "study.yaml", tmp_path / "study"
+    study_file.write_text(yaml.safe_dump(study))
+    loop = start_loop(study_file, folder)
+    try:
+        wait_until(lambda: len(marked(folder)) >= 2, timeout_s=120)  # bwrap and the evaluator
+        os.kill(loop.pid, signal.SIGKILL)
+        loop.wait(timeout=30)
+        wait_until(lambda: not marked(folder), timeout_s=30)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+        for pid in marked(folder):
+            os.kill(pid, signal.SIGKILL)
