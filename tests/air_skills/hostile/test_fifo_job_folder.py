@@ -141,3 +141,20 @@ def test_a_garbled_record_in_a_lost_jobs_folder_does_not_stop_the_reconcile(
     assert listed.returncode == 0, listed.stderr
     status = {j["job_id"]: j["status"] for j in json.loads(listed.stdout)}
     assert [status[i.job_id] for i in lost] == ["FAILED", "FAILED"], status
+
+
+def test_cancel_ends_a_running_job_whose_folder_files_became_fifos(
+    one_gpu: Client, air_home: Path
+) -> None:
+    client = one_gpu
+    info = client.launch(JobSpec(command=[PY, "-c", HOLD], gpus=1, config={"a": 1}))
+    row = wait_until(lambda: (r := client.store.row(info.job_id)).job_pid and r, 60)
+    jdir = air_home / "jobs" / info.job_id
+    for name in FOLDER_FILES:  # what the supervisor reads as it ends the job
+        _fifo(jdir / name)
+    cancelled = _air("cancel", info.job_id, "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["status"] == "CANCELLED", cancelled.stdout
+    assert not proc.alive(row.supervisor_pid, row.supervisor_start) or wait_until(
+        lambda: not proc.alive(row.supervisor_pid, row.supervisor_start), 30
+    )
