@@ -217,10 +217,36 @@ _TABLE = (
         "a number of MiB > 0", _positive,
     ),
     Setting(
+        "AIR_PATCH_MAX_FILE_MB", "float", 32.0,
+        "the biggest file (MiB) a `--patch` may change (a patch on a bigger one is refused,"
+        " naming it)",
+        "a number of MiB > 0", _positive,
+    ),
+    Setting(
         "AIR_SNAPSHOT_RETENTION_DAYS", "float", 30.0,
         "days a finished job's code snapshot is kept after it ends (`air gc`, and a daily"
         " automatic pass, remove older ones; a queued or running job's snapshot is always kept)",
         "a number of days > 0", _positive,
+    ),
+    # --- cost ----------------------------------------------------------------------------
+    Setting(
+        "AIR_GPU_PRICE_USD_PER_HOUR", "float", None,
+        "dollars per GPU-hour for the cost of trials and studies (every GPU model); unset:"
+        " a small table by GPU model (autoresearch/report/cost.py), overridden per model by"
+        " AIR_GPU_PRICES",
+        "a number of dollars >= 0", _at_least(0),
+        default_text="unset: the table by GPU model (0 for unknown and simulated GPUs)",
+    ),
+    Setting(
+        "AIR_GPU_PRICES", "str", None,
+        "dollars per GPU-hour by GPU model, `MODEL=PRICE,...` (e.g. `H100=2.5,A10G=1.0`; a model"
+        " matches a GPU whose name contains it)",
+        "`MODEL=PRICE` pairs separated by commas",
+        lambda v: all(
+            "=" in p and p.split("=", 1)[0].strip() and p.split("=", 1)[1].strip()
+            .replace(".", "", 1).isdigit() for p in v.split(",") if p.strip()
+        ),
+        default_text="unset: the built-in table",
     ),
     # --- the MCP server -------------------------------------------------------------------
     Setting(
@@ -244,12 +270,6 @@ _TABLE = (
         " never set it yourself",
         default_text="unset",
     ),
-    Setting(
-        "AIR_PATCH_MAX_FILE_MB", "float", 32.0,
-        "the biggest file (MiB) a `--patch` may change (a patch on a bigger one is refused,"
-        " naming it)",
-        "a number of MiB > 0", _positive,
-    ),
 )  # fmt: skip
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in _TABLE}
@@ -272,26 +292,6 @@ JOB_ENV: dict[str, str] = {
     " being evaluated; its checkpoints are in AIR_CHECKPOINT_DIR",
 }
 
-    # --- cost ----------------------------------------------------------------------------
-    Setting(
-        "AIR_GPU_PRICE_USD_PER_HOUR", "float", None,
-        "dollars per GPU-hour for the cost of trials and studies (every GPU model); unset:"
-        " a small table by GPU model (autoresearch/report/cost.py), overridden per model by"
-        " AIR_GPU_PRICES",
-        "a number of dollars >= 0", _at_least(0),
-        default_text="unset: the table by GPU model (0 for unknown and simulated GPUs)",
-    ),
-    Setting(
-        "AIR_GPU_PRICES", "str", None,
-        "dollars per GPU-hour by GPU model, `MODEL=PRICE,...` (e.g. `H100=2.5,A10G=1.0`; a model"
-        " matches a GPU whose name contains it)",
-        "`MODEL=PRICE` pairs separated by commas",
-        lambda v: all(
-            "=" in p and p.split("=", 1)[0].strip() and p.split("=", 1)[1].strip()
-            .replace(".", "", 1).isdigit() for p in v.split(",") if p.strip()
-        ),
-        default_text="unset: the built-in table",
-    ),
 _PARSE: dict[str, Callable[[str], Any]] = {
     "int": int,
     "float": float,
