@@ -274,6 +274,9 @@ class StudyLoop(TrialLauncher, TrialWatch):
                     self._decide()
                     self.mirror.flush()
                     return self.hard_stop or self.soft_stop or "done"
+                if self.refused:  # a trial failed before launch: its slot is free again
+                    self.refused = 0
+                    continue
                 self.soft_stop = "nothing left to launch"
                 continue
             now = time.time()
@@ -288,9 +291,6 @@ class StudyLoop(TrialLauncher, TrialWatch):
                 infos = {i.job_id: i for i in got}
             except NotFound:
                 infos = {}
-                if self.refused:  # a trial failed before launch: its slot is free again
-                    self.refused = 0
-                    continue
 
     # --- slots and launches ---
 
