@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -33,17 +33,18 @@ def test_silent_loop_is_stalled_with_its_stack_and_failed(client: Client) -> Non
     info = client.launch(
         JobSpec(command=[PY, "-c", LOOP], stall_timeout_min=timeout_s / 60, track=False)
     )
-    started = time.monotonic()
     done = client.wait([info.job_id], timeout_s=60)[0]
-    took = time.monotonic() - started
     assert done.status == JobStatus.FAILED, done.message
     assert done.failure_kind == "user"
-    assert "reason: stalled" in done.message and "stalled 0.05 min" in done.message
-    assert "<string>:6 spin()" in done.message  # the loop's line, from its stack
+    assert "reason: stalled" in done.message
+    # Acted on soon after its timeout, by the watch's own clock (no wall-clock bound here:
+    # bench/stall.py measures the delay): quiet for 3 s, stopped within a few more.
+    quiet = re.search(r"stalled (\d+(?:\.\d+)?) min", done.message)
+    assert quiet and timeout_s / 60 <= float(quiet.group(1)) <= (timeout_s + 15) / 60
+    # The loop's lines (py-spy catches it on either), from its stack.
+    assert re.search(r"<string>:[56] spin\(\)", done.message), done.message
     stacks = (job_dir(client.home, info.job_id) / "stacks.txt").read_text()
-    assert "spin (<string>:6)" in stacks
-    # Found within the timeout plus a few seconds (the tick, the dump and the SIGTERM).
-    assert took < timeout_s + 15, took
+    assert re.search(r"spin \(<string>:[56]\)", stacks)
     assert client.get(info.job_id).status == JobStatus.FAILED
 
 
@@ -53,7 +54,7 @@ def test_silence_from_the_start_is_covered(client: Client) -> None:
     info = client.launch(JobSpec(command=[PY, "-c", code], stall_timeout_min=0.03, track=False))
     done = client.wait([info.job_id], timeout_s=60)[0]
     assert done.status == JobStatus.FAILED and "reason: stalled" in done.message
-    assert "<string>:3 <module>()" in done.message
+    assert re.search(r"<string>:[23] <module>\(\)", done.message), done.message
 
 
 METRICS = """
@@ -238,7 +239,7 @@ def test_the_stacks_are_attached_to_the_mlflow_run(client: Client) -> None:
 
     mc = MlflowClient(f"sqlite:///{client.home / 'mlflow.db'}")
     text = mc.download_artifacts(done.run_id, "air/stacks-attempt-1.txt")
-    assert "spin (<string>:6)" in Path(text).read_text()
+    assert re.search(r"spin \(<string>:[56]\)", Path(text).read_text())
 
 
 def test_a_preempted_job_waiting_to_resume_is_not_stalled(client: Client) -> None:
