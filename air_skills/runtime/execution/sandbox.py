@@ -211,3 +211,24 @@ def doctor_check() -> dict[str, str]:
         "detail": detail,
         "next": "install bubblewrap (apt-get install bubblewrap), or set AIR_BWRAP to it",
     }
+
+
+def failure_note(log_path: str | None) -> str:
+    """For a sandboxed job that failed: a note when its log shows a write the sandbox refused
+    (what to do instead), else ""."""
+    if not log_path:
+        return ""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            tail = f.read()
+    except OSError:
+        return ""
+    # A write outside its folder, or a path under the host's /tmp (its own /tmp is private).
+    if b"Read-only file system" not in tail and b"No such file or directory: '/tmp/" not in tail:
+        return ""
+    return (
+        " (it ran sandboxed, where only its own folder is writable and /tmp is its own: write"
+        " under $AIR_CHECKPOINT_DIR, or name the folder in `writable`)"
+    )

@@ -444,6 +444,8 @@ class Supervisor:
             ready = self._warm.ready if self._warm is not None else None
             self._recheck = DataRecheck(self.home, self.spec, self.row.run_id)
             message = outcome.message + self._recheck.start(ready)
+            if outcome.status == "FAILED" and self.spec.get("sandbox") == "on":
+                message += sandbox.failure_note(self.row.log_path)
             message = end_run(self.store, self.row, self.spec, outcome.status, message, ready)
             outcome = Outcome(
                 "finish",

@@ -197,9 +197,11 @@ def test_writable_folders_are_checked_like_data_roots_and_then_writable(
     info = client.launch(JobSpec(command=cmd, writable=[str(shared)], track=False))
     assert client.wait([info.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
     assert (shared / "r.txt").read_text() == "ok"
-    # Without `writable` the same write fails inside the sandbox.
+    # Without `writable` the same write fails inside the sandbox, and the job says what to do.
     other = client.launch(JobSpec(command=cmd, track=False))
-    assert client.wait([other.job_id], timeout_s=60)[0].status == JobStatus.FAILED
+    failed = client.wait([other.job_id], timeout_s=60)[0]
+    assert failed.status == JobStatus.FAILED
+    assert "ran sandboxed" in failed.message and "`writable`" in failed.message
 
 
 def test_network_false_cuts_the_network(client: Client) -> None:
