@@ -251,18 +251,13 @@ def suggest_trials(
     result = suggest(proposer, build_request(study, state, asked, purpose="suggest", code=code))
     skipped: list[str] = []
     if store is not None:
-        offered = [
-            (claims.trial_key(study.config_for(p.diff), p.patch), p) for p in result.proposals
-        ]
-        taken, skipped = claims.claim(
-            store,
-            key,
-            [(k, study.config_for(p.diff)) for k, p in offered],
-            str(claimed_by),
-            float(settings.get("AIR_CLAIM_S")),
-            n,
-        )
-        result.proposals = [offered[i][1] for i in taken]
+        result, skipped = _claimed(store, key, study, str(claimed_by), n, result)
+        while len(result.proposals) < n and skipped and asked < 64 and not result.stop_reason:
+            asked = min(64, 2 * asked + len(skipped))  # skipped ones: ask the proposer for more
+            spent = result.events
+            result = suggest(proposer, build_request(study, state, asked, "suggest", code=code))
+            result.events = spent + result.events  # every LLM call is journaled
+            result, skipped = _claimed(store, key, study, str(claimed_by), n, result)
     if folder is not None and Journal(folder).exists():
         journal = Journal(folder)
         for kind, fields in result.events:
@@ -294,11 +289,31 @@ def suggest_trials(
         ]
         + [f"skipped a proposal {why}" for why in skipped],
         **(
-            {"claimed_by": claimed_by, "board": claims.board(store.conn, key)}
+            {"claimed_by": claimed_by, "board": claims.board(store.conn, key, study.command)}
             if store is not None
             else {}
         ),
     }
+
+
+def _claimed(
+    store: Any, key: str, study: Study, who: str, n: int, result: Any
+) -> tuple[Any, list[str]]:
+    """``result`` keeping the (at most ``n``) proposals claimed for ``who``; why others not."""
+    from autoresearch.study import claims
+
+    offered = [(claims.trial_key(study.config_for(p.diff), p.patch), p) for p in result.proposals]
+    taken, skipped = claims.claim(
+        store,
+        key,
+        [(k, study.config_for(p.diff)) for k, p in offered],
+        who,
+        float(settings.get("AIR_CLAIM_S")),
+        n,
+        claims.ran_configs(store.conn, study.command),
+    )
+    result.proposals = [offered[i][1] for i in taken]
+    return result, skipped
 
 
 def _code_base(study: Study, state: StudyState) -> Any:

@@ -2,8 +2,9 @@
 
 ``suggest_trials`` claims each proposal it hands out for a while (AIR_CLAIM_S, 10 min): another
 agent asking for the same study in that time is not given it again, so two agents asking at once
-get different trials. A claim names who proposed it; ``board`` joins a study's claims with the
-jobs that ran their configs (who ran each, its status and objective). Claims live in the state
+get different trials, and a proposal whose config a job already runs or ran (the study's
+command) is not handed out either. A claim names who proposed it; ``board`` joins a study's
+claims with the jobs that ran their configs (who ran each, its status). Claims live in the state
 database's ``trial_claims`` table, written in one transaction per call (racing callers cannot
 both claim one trial).
 """
@@ -38,10 +39,12 @@ def claim(
     who: str,
     ttl_s: float,
     want: int,
+    ran: Mapping[str, tuple[str, str | None, str]] | None = None,
 ) -> tuple[list[int], list[str]]:
     """Claim up to ``want`` of ``proposals`` ((trial key, config), in the proposer's order) for
     ``who``: (the indexes claimed, why others were skipped). A proposal another agent holds an
-    unexpired claim on is skipped; ``who``'s own claims are renewed."""
+    unexpired claim on is skipped, and one whose config a job in ``ran`` (``ran_configs``)
+    already runs or ran; ``who``'s own claims are renewed."""
     now = time.time()
     taken: list[int] = []
     skipped: list[str] = []
@@ -49,6 +52,10 @@ def claim(
         for i, (key, config) in enumerate(proposals):
             if len(taken) == want:
                 break
+            done = already_run(ran or {}, config)
+            if done is not None:
+                skipped.append(done)
+                continue
             row = conn.execute(
                 "SELECT claimed_by, expires_at FROM trial_claims WHERE study=? AND trial_key=?",
                 (study, key),
@@ -77,7 +84,37 @@ def live_claims(conn: Any, study: str, who: str) -> int:
     return int(row[0])
 
 
-def board(conn: Any, study: str, limit: int = 50) -> list[dict[str, Any]]:
+def ran_configs(
+    conn: Any, command: Sequence[str], since: float = 0.0
+) -> dict[str, tuple[str, str | None, str]]:
+    """{canonical config: (job id, launched_by, status)} of the newest BOARD_JOBS jobs created
+    since ``since`` that ran ``command``; a success wins over a failed try of the same config."""
+    jobs = conn.execute(
+        "SELECT job_id, launched_by, status, json_extract(spec, '$.config') FROM jobs"
+        " WHERE created_at >= ? AND json_extract(spec, '$.command') = ?"
+        " ORDER BY seq DESC LIMIT ?",
+        (since, json.dumps(list(command), separators=(",", ":")), BOARD_JOBS),
+    ).fetchall()
+    ran: dict[str, tuple[str, str | None, str]] = {}
+    for job_id, launched_by, status, config in jobs:
+        canon = json.dumps(json.loads(config) if config else {}, sort_keys=True)
+        if canon not in ran or status == "SUCCEEDED":
+            ran[canon] = (job_id, launched_by, status)
+    return ran
+
+
+def already_run(
+    ran: Mapping[str, tuple[str, str | None, str]], config: Mapping[str, Any]
+) -> str | None:
+    """Why a proposal is not handed out: its config is queued, running or done as a job."""
+    found = ran.get(json.dumps(config, sort_keys=True))
+    if found is None or found[2] not in ("QUEUED", "RUNNING", "SUCCEEDED"):
+        return None
+    job_id, who, status = found
+    return f"already run as {job_id} ({status}, launched by {who or 'the local user'})"
+
+
+def board(conn: Any, study: str, command: Sequence[str], limit: int = 50) -> list[dict[str, Any]]:
     """The study's claimed trials, newest first: config, who proposed it, and the job that ran
     that config (job id, who launched it, status) when there is one."""
     claims = conn.execute(
@@ -87,17 +124,7 @@ def board(conn: Any, study: str, limit: int = 50) -> list[dict[str, Any]]:
     ).fetchall()
     if not claims:
         return []
-    since = min(c[2] for c in claims)
-    jobs = conn.execute(
-        "SELECT job_id, launched_by, status, json_extract(spec, '$.config') FROM jobs"
-        " WHERE created_at >= ? ORDER BY seq DESC LIMIT ?",
-        (since, BOARD_JOBS),
-    ).fetchall()
-    ran: dict[str, tuple[str, str | None, str]] = {}
-    for job_id, launched_by, status, config in jobs:
-        canon = json.dumps(json.loads(config) if config else {}, sort_keys=True)
-        if canon not in ran or status == "SUCCEEDED":  # a success over a failed try
-            ran[canon] = (job_id, launched_by, status)
+    ran = ran_configs(conn, command, min(c[2] for c in claims))
     out = []
     for config, proposed_by, claimed_at, expires_at in claims:
         row: dict[str, Any] = {

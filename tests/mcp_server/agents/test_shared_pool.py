@@ -67,7 +67,7 @@ async def test_four_agents_with_overlapping_configs_run_each_once_and_share_a_bo
             else:
                 assert reply.structured_content["job_id"] == by_lr[lr].job_id
     assert sum(r.is_error for got in replies.values() for _, r in got) == 12 - len(LRS)
-    done = client.wait([j.job_id for j in jobs], timeout_s=240, any=False)
+    done = client.wait([j.job_id for j in jobs], timeout_s=600, any=False)
     assert all(j.status.value == "SUCCEEDED" for j in done), done
 
     async with over_http(url, tokens["agent-3"]) as mcp:  # the last agent sees everyone's runs

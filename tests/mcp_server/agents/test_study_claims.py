@@ -121,3 +121,16 @@ def test_an_expired_claim_frees_its_trial(
     again = suggest_trials(study, 1, claimed_by="ada", home=home)  # cy claimed it meanwhile
     assert again["suggestions"][0]["config"] != held
     assert any("claimed by cy" in n for n in again["notes"]), again["notes"]
+
+
+def test_a_trial_whose_config_a_job_already_ran_is_not_handed_out(
+    client: Client, tmp_path: Path
+) -> None:
+    study = str(study_file(tmp_path))
+    first = suggest_trials(study, 1)["suggestions"][0]["config"]  # what the proposer picks first
+    job = client.launch(
+        {"command": [sys.executable, "train.py"], "workdir": str(tmp_path), "config": first}
+    )
+    out = suggest_trials(study, 1, claimed_by="ada", home=str(client.home))
+    assert out["suggestions"][0]["config"] != first
+    assert any(f"already run as {job.job_id}" in n for n in out["notes"]), out["notes"]
