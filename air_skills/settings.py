@@ -318,6 +318,8 @@ def problem(name: str, environ: Mapping[str, str] | None = None) -> str | None:
         return f"{name}={text!r} is not {SETTINGS[name].form}"
     return None
 
+    "AIR_EVALUATOR_OF": "autoresearch evaluators only: the study folder the evaluator serves (a"
+    " loop that starts ends a stray evaluator of its study by it)",
 
 def get(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """The parsed value, or the default when unset or empty (``environ``: as for ``raw``).
