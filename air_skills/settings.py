@@ -290,6 +290,8 @@ JOB_ENV: dict[str, str] = {
     "AIR_NODE_RANK": "Ray gangs (`nodes > 1`) only: this node's rank, 0 to AIR_NUM_NODES - 1",
     "AIR_TRIAL_JOB_DIR": "autoresearch evaluators only (not a job): the folder of the trial job"
     " being evaluated; its checkpoints are in AIR_CHECKPOINT_DIR",
+    "AIR_EVALUATOR_OF": "autoresearch evaluators only: the study folder the evaluator serves (a"
+    " loop that starts ends a stray evaluator of its study by it)",
 }
 
 _PARSE: dict[str, Callable[[str], Any]] = {
@@ -318,8 +320,6 @@ def problem(name: str, environ: Mapping[str, str] | None = None) -> str | None:
         return f"{name}={text!r} is not {SETTINGS[name].form}"
     return None
 
-    "AIR_EVALUATOR_OF": "autoresearch evaluators only: the study folder the evaluator serves (a"
-    " loop that starts ends a stray evaluator of its study by it)",
 
 def get(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """The parsed value, or the default when unset or empty (``environ``: as for ``raw``).
