@@ -301,8 +301,8 @@ def wait(
 ) -> None:
     """Wait until any (or --all) of the jobs end."""
     check_range("--timeout", timeout, 0)
-    c = client()
-    with still_running_on_interrupt(jobs):
+    with still_running_on_interrupt(jobs):  # from the store's opening on
+        c = client()
         if as_json or not sys.stderr.isatty():
             infos = c.wait(jobs, timeout_s=timeout, any=not all_)
         else:

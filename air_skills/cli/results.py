@@ -57,9 +57,12 @@ def logs(
     if as_json and not follow:
         emit_json(chunk)
         return
-    sys.stdout.write(chunk.text)
-    sys.stdout.flush()
-    if follow:
+    if not follow:
+        sys.stdout.write(chunk.text)
+        return
+    with still_running_on_interrupt([job]):  # from its first line on: Ctrl-C says so
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
         follow_log(c, job, as_json, offset=chunk.next_offset, rank=rank)
 
 
