@@ -232,3 +232,16 @@ def test_a_two_process_gang_runs_inside_one_allocation(slurm_client, tmp_path) -
     log = slurm_client.logs(info.job_id, tail=100).text
     assert done.status == JobStatus.SUCCEEDED, (done.message, log)
     assert "[rank0]: rank 0/2 sum 3.0" in log and "[rank1]: rank 1/2 sum 3.0" in log
+
+
+def test_the_same_experiment_is_not_submitted_twice(slurm_client, tmp_path) -> None:
+    """Issue 29: a launch that asks for the duplicate check is refused before sbatch."""
+    from air_skills.errors import AirError
+
+    first = slurm_client.launch(_spec(tmp_path, REPORT, config={"lr": 0.2}))
+    assert _done(slurm_client, first.job_id).status == JobStatus.SUCCEEDED
+    with pytest.raises(AirError) as refused:
+        slurm_client.launch(_spec(tmp_path, REPORT, config={"lr": 0.2}, allow_duplicate=False))
+    assert refused.value.code == "duplicate" and refused.value.context["job_id"] == first.job_id
+    assert refused.value.context["result"]["metrics"] == {"final_score": 0.75}
+    assert len(slurm_client.list(limit=10).items) == 1

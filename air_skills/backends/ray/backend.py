@@ -48,6 +48,7 @@ from air_skills.errors import BackendUnavailable, InsufficientGpus, InvalidSpec
 from air_skills.models import STORED, JobInfo, JobSpec
 from air_skills.polling import backoff
 from air_skills.runtime.code.job_code import plan_code, ray_working_dir
+from air_skills.runtime.launch.duplicates import precheck
 from air_skills.runtime.launch.prepare import (
     LaunchContext,
     find_by_idempotency_key,
@@ -126,6 +127,7 @@ class RayBackend:
         else:
             if spec.code == "snapshot":
                 code = plan_code(rt.home, spec.workdir, spec.patch)
+            precheck(store, spec, code.snapshot.digest if code else None)  # before the upload
             workdir = ray_working_dir(rt.home, code) if code is not None else spec.workdir
             runtime_env = {"working_dir": workdir}
             upload(ray, dashboard, runtime_env)

@@ -23,6 +23,7 @@ from air_skills.backends.slurm.submit import NICE, sbatch_options, slurm_id_of, 
 from air_skills.errors import AirError, BackendUnavailable, InvalidSpec
 from air_skills.models import JobInfo, JobSpec
 from air_skills.runtime.code.job_code import plan_code
+from air_skills.runtime.launch.duplicates import precheck
 from air_skills.runtime.launch.prepare import (
     LaunchContext,
     find_by_idempotency_key,
@@ -68,6 +69,7 @@ class SlurmBackend:
         if existing is not None:
             return row_to_info(existing)
         code = plan_code(rt.home, spec.workdir, spec.patch) if spec.code == "snapshot" else None
+        precheck(store, spec, code.snapshot.digest if code else None)  # a duplicate: nothing made
         job = prepare_job(
             rt,
             name=name,
