@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.gpu.providers import provider
+from air_skills.home import read_job_json
 
 HARDWARE_FILE = "hardware.json"  # in the job's folder, written when its command has started
 _VENDOR = re.compile(r"^(NVIDIA|Tesla|GeForce|Quadro|AMD|Radeon)\s+", re.IGNORECASE)
@@ -125,7 +126,7 @@ def read_record(log_path: str | None) -> dict[str, Any] | None:
     if not log_path:
         return None
     try:
-        data = json.loads((Path(log_path).parent / HARDWARE_FILE).read_text())
+        data = read_job_json(Path(log_path).parent / HARDWARE_FILE)  # a FIFO: refused at once
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

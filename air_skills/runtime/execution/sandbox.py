@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from air_skills import settings
+from air_skills.home import open_job_file
 
 # What a job's record says when it ran in one (``JobInfo.sandbox``).
 KIND = "bwrap"
@@ -219,7 +220,7 @@ def failure_note(log_path: str | None) -> str:
     if not log_path:
         return ""
     try:
-        with open(log_path, "rb") as f:
+        with os.fdopen(open_job_file(log_path), "rb") as f:  # a FIFO there is not waited on
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 65536))
             tail = f.read()

@@ -32,6 +32,7 @@ FOLDER_FILES = (
     "code.json",
     "container.json",
     "output.log",
+    "hardware.json",
 )
 
 
@@ -88,7 +89,7 @@ def test_a_queued_job_whose_config_is_a_fifo_fails_at_start_and_the_queue_moves_
     done = client.wait([wedged.job_id, logless.job_id, after.job_id], timeout_s=60, any=False)
     by_id = {i.job_id: i for i in done}
     for job_id, name in ((wedged.job_id, "config.json"), (logless.job_id, "output.log")):
-        assert by_id[job_id].status == JobStatus.FAILED
+        assert by_id[job_id].status == JobStatus.FAILED, (name, by_id[job_id])
         assert name in by_id[job_id].message, by_id[job_id].message
     assert by_id[after.job_id].status == JobStatus.SUCCEEDED  # the queue moved on
 
