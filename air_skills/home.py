@@ -174,6 +174,9 @@ _KINDS = {
 class NotRegularFile(OSError):
     """A job-folder path that is a FIFO, device, socket or folder, or is too big to read."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)  # the path and what it is, without "[Errno 22]"
+
 
 def open_job_file(path: str | os.PathLike[str]) -> int:
     """A read-only descriptor of ``path``, a regular file; never blocks. FileNotFoundError when

@@ -201,6 +201,12 @@ def start_failed(kind: str, text: str, program: str) -> Outcome:
             " then relaunch"
         )
         return Outcome("finish", message, JobStatus.FAILED, "user")
+    if kind == "NotRegularFile":  # home.py: a FIFO, device or folder put in a job file's place
+        message = (
+            f"FAILED: {text}: something replaced a file air wrote in the job's folder."
+            " Next: relaunch the job (a new folder), and find what writes into job folders"
+        )
+        return Outcome("finish", message, JobStatus.FAILED, "user")
     if kind == "SandboxUnavailable":  # runtime/execution/sandbox.py
         message = (
             f"FAILED: {text}. Next: install bubblewrap (apt-get install bubblewrap), or relaunch"
