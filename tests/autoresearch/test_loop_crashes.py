@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from ar_helpers import small_study, start_loop
 from helpers import wait_until
@@ -26,10 +27,11 @@ def events(study_dir: Path, kind: str | None = None) -> list[dict[str, Any]]:
 
 
 def test_resume_relaunches_a_trial_whose_relaunch_after_an_infra_failure_was_not_journaled(
-    study_home: Path, tmp_path: Path
+    study_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from air_skills import Client
 
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the trial marks its hang in tmp_path
     folder, study_file, marker = tmp_path / "study", tmp_path / "study.yaml", tmp_path / "hung"
     data = small_study(
         name="lost-relaunch",
