@@ -100,8 +100,9 @@ def test_default_backend_and_address_from_air_home(
     assert client.wait([local.job_id], timeout_s=60)[0].status.value == "SUCCEEDED"
     assert configure(client.store, backend="", address="")["backend"] is None
     with pytest.raises(InvalidInput) as bad:
-        configure(client.store, backend="slurm", job_root="relative/path")
-    assert "slurm" in bad.value.message and "absolute" in bad.value.message
+        configure(client.store, backend="kubernetes", job_root="relative/path")
+    assert "kubernetes" in bad.value.message and "absolute" in bad.value.message
+    assert configure(client.store, backend="slurm")["backend"] == "slurm"  # a backend now
 
 
 def test_config_command(air_home: Path) -> None:
@@ -114,7 +115,7 @@ def test_config_command(air_home: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["ray_address"] == "http://head:8265"
     bad = subprocess.run(
-        [*argv, "--backend", "slurm"], env=env, capture_output=True, text=True, timeout=60
+        [*argv, "--backend", "kubernetes"], env=env, capture_output=True, text=True, timeout=60
     )
     assert bad.returncode == 2 and "[invalid-input]" in bad.stderr
 
