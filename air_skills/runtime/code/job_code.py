@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import socket
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -264,7 +265,7 @@ def shared_view(
     if dest.is_dir():
         os.utime(dest)  # in use: `air gc` keeps it with its snapshot
         return dest
-    tmp = dest.parent / f".{key}.{os.getpid()}.tmp"
+    tmp = dest.parent / f".{key}.{os.getpid()}-{threading.get_ident()}.tmp"  # per thread too
     shutil.rmtree(tmp, ignore_errors=True)
     build_view(home, manifest, tmp, overrides)
     try:

@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import stat
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -319,7 +320,8 @@ def _write_manifest(home: Path, digest: str, manifest: dict[str, Any]) -> None:
         os.utime(path)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    # Per thread too: air-mcp serves several agents' launches of one tree at once.
+    tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
     tmp.write_bytes(_canonical(manifest))
     os.chmod(tmp, 0o444)
     os.replace(tmp, path)
