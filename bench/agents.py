@@ -141,15 +141,8 @@ def latency(launches: int) -> tuple[list[float], list[float], float]:
         return on, off, query_us
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--agents", type=int, default=4)
-    ap.add_argument("--configs", type=int, default=20)
-    ap.add_argument("--job-s", type=float, default=0.5)
-    ap.add_argument("--launches", type=int, default=30)
-    args = ap.parse_args()
-    distinct = 5 * (args.agents - 1) + args.configs
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+def agents_part(args: argparse.Namespace, distinct: int) -> None:
+    """The agents' round with the check and without: jobs run and GPU-seconds."""
     rows = []
     results = {}
     for mode in ("identities", "off"):
@@ -163,6 +156,20 @@ def main() -> None:
         f"jobs run == distinct configs: {'meets' if ran == distinct else 'MISSES'}"
         f" ({ran} vs {distinct}); GPU-seconds saved by the check: {saved:.0%}"
     )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--configs", type=int, default=20)
+    ap.add_argument("--job-s", type=float, default=0.5)
+    ap.add_argument("--launches", type=int, default=30)
+    ap.add_argument("--latency-only", action="store_true", help="skip the agents' round")
+    args = ap.parse_args()
+    distinct = 5 * (args.agents - 1) + args.configs
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if not args.latency_only:
+        agents_part(args, distinct)
     on, off, query_us = latency(args.launches)
     p50 = percentile(on, 50) / percentile(off, 50)
     p95 = percentile(on, 95) / percentile(off, 95)
