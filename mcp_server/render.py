@@ -111,8 +111,7 @@ def render_job(job: Any, metric: str | None = None) -> str:
     where = [f"run {job.run_id}" if job.run_id else "not tracked"]
     if getattr(job, "launched_by", None):
         where.append(f"launched by {job.launched_by}")
-    if job.log_path:
-        where.append(f"log {job.log_path}")
+    # The log's path is in the structured reply (get_logs reads it): not repeated here.
     lines.append("; ".join(where))
     lines.append("next: " + _NEXT.get(str(job.status), "get_job").format(id=job.job_id))
     tail = getattr(job, "log_tail", None)

@@ -62,6 +62,9 @@ class JobReply(JobInfo):
     )
     config: dict[str, Any] | None = Field(default=None, description="the job's config")
     score: MetricScore | None = Field(default=None, description="the asked metric")
+    hardware: str | None = Field(  # type: ignore[assignment]
+        default=None, description="its hardware class, e.g. '4x H100 80GB' (air status: details)"
+    )
 
 
 class JobSummary(_Reply):

@@ -216,6 +216,9 @@ def list_jobs(
         if group_by
         else None
     )
+    # Who launched each job, where the page holds more than one launcher (the shared board);
+    # a page of one launcher's jobs says nothing 50 times over.
+    several = len({j.launched_by for j in page.items}) > 1
     return JobPage(
         groups=groups,
         items=[
@@ -225,7 +228,7 @@ def list_jobs(
                 status=shown_status(j),
                 failure_kind=j.failure_kind,
                 score=to_score(scores.get(j.job_id)),
-                launched_by=j.launched_by,
+                launched_by=j.launched_by if several else None,
             )
             for j in page.items
         ],

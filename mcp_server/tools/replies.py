@@ -6,6 +6,7 @@ from typing import Any
 
 from air_skills.client import Client
 from air_skills.errors import AirError
+from air_skills.gpu.hardware import hardware_class
 from air_skills.models import JobInfo
 from air_skills.status import JobStatus
 from mcp_server.render import clean_output
@@ -63,6 +64,8 @@ def job_reply(client: Client, info: JobInfo, score: dict[str, Any] | None = None
         code = fields["code"]
         code["digest"] = code["digest"][:SHORT_ID]
         code["commit"] = code["commit"][:SHORT_ID] if code.get("commit") else None
+    # The class says what a result compares with; the details are one `air status` away.
+    fields["hardware"] = hardware_class(info.hardware) if info.hardware else None
     return JobReply(
         **fields, log_tail=tail, config=job_config(client, info.job_id), score=to_score(score)
     )
