@@ -46,9 +46,33 @@ if cfg.get("attack"):
 """
 
 
-def _tree(root: Path) -> Path:
+# An evaluator that tries to change what it judges (the trial's checkpoint) and the journal:
+# it runs in a sandbox of its own, the trial's folder read-only.
+EVAL_ATTACK = """\
+import json, os
+from pathlib import Path
+cfg = json.loads(Path(os.environ["AIR_CONFIG_FILE"]).read_text())
+ckpt = Path(os.environ["AIR_CHECKPOINT_DIR"])
+value = float((ckpt / "loss.txt").read_text())
+def tried(fn):
+    try:
+        fn()
+        return 1
+    except OSError:
+        return 0
+w_ckpt = tried(lambda: (ckpt / "loss.txt").write_text("-100"))
+w_journal = tried(lambda: open(cfg["journal"], "a").write("forged"))
+print("---")
+print(f"loss: {value + 0.5}")
+print(f"wrote_ckpt: {w_ckpt}")
+print(f"wrote_journal: {w_journal}")
+"""
+
+
+def _tree(root: Path, evaluate: str = EVALUATE) -> Path:
     tree = make_tree(root)
     (tree / "train.py").write_text(TRAIN.replace('print("---")', ATTACK + 'print("---")', 1))
+    (tree / "evaluate.py").write_text(evaluate)
     return tree
 
 
@@ -75,17 +99,22 @@ ITEMS = [{"diff": {"attack": True}, "patch": scale_patch(0.5), "why": "attacks t
 def test_a_sandboxed_trial_can_neither_rewrite_the_store_nor_append_to_the_journal(
     study_home: Path, tmp_path: Path
 ) -> None:
-    tree = _tree(tmp_path / "tree")
+    tree = _tree(tmp_path / "tree", EVAL_ATTACK)
     folder = tmp_path / "study"
-    sha = hashlib.sha256(EVALUATE.encode()).hexdigest()
+    sha = hashlib.sha256(EVAL_ATTACK.encode()).hexdigest()
     _run(_study(tree, folder), folder, ITEMS)
     st = replay(Journal(folder).read())
     attacker = st.trials[1]
     log = Client(study_home).logs(attacker.job_id or "", tail=None).text
     tried = json.loads(log.split("ATTACK ", 1)[1].splitlines()[0])
     assert tried == {"blob": "FileNotFoundError", "journal": "FileNotFoundError"}, tried
-    assert blob_path(study_home, sha).read_bytes() == EVALUATE.encode()
+    assert blob_path(study_home, sha).read_bytes() == EVAL_ATTACK.encode()
     assert "forged" not in (folder / "journal.jsonl").read_text()
+    # The evaluator, sandboxed too, changed neither the trial's checkpoint nor (above) the journal.
+    finished = [e for e in Journal(folder).read() if e["event"] == "finished"]
+    for event in finished:
+        got = event["evaluation"]["metrics"]
+        assert got["wrote_ckpt"] == 0, event  # its journal write landed in its private /tmp
     # The evaluator ran the real evaluate.py: the patch's honest value (0.5 + 0.5) is kept.
     assert st.trials[0].value == pytest.approx(1.5)
     assert attacker.value == pytest.approx(1.0) and attacker.decision == "keep"
