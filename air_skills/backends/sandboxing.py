@@ -24,6 +24,8 @@ def resolve_sandbox(spec: JobSpec, home: Path) -> JobSpec:
     the job unsandboxed then, and its record says why.
     """
     mode = spec.sandbox or settings.get("AIR_SANDBOX")
+    if spec.sandbox == "off" and spec.tags.get(REASON_TAG) not in (None, "sandbox: off"):
+        mode = settings.get("AIR_SANDBOX")  # a rerun of a job that had none where it ran
     if not spec.network:  # only a sandbox can cut the network: never dropped silently
         if mode == "off":
             raise InvalidInput(

@@ -211,11 +211,11 @@ def command_launch(
             rendezvous_s=rendezvous.timeout_s(launched),
         )
     if sandboxed and image is None:  # an image job's container is its sandbox
-        # This process's bwrap, never one the job's folder names (its env.json is the job's
-        # to write on an earlier attempt); probed at launch, not again on the way to the start.
-        bwrap = sandbox.bwrap_path()
+        # The launch's bwrap (env.json is read-only inside the sandbox: no attempt can name
+        # the next one's); probed at launch, not again on the way to the start.
+        bwrap = sandbox.bwrap_path(env)
         if bwrap is None:
-            raise sandbox.SandboxUnavailable(sandbox.unavailable() or "no bwrap")
+            raise sandbox.SandboxUnavailable(sandbox.unavailable(env) or "no bwrap")
         argv = sandbox.wrap(
             sandbox.resolved(argv, env.get("PATH"), cwd),
             bwrap=bwrap,

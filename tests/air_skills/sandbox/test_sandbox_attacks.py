@@ -169,10 +169,15 @@ def test_sandbox_on_where_none_can_be_made_is_refused_and_auto_says_why(
     assert refused.value.code == "sandbox-unavailable"
     assert "not found" in refused.value.message and "bubblewrap" in refused.value.hint
     assert client.list().items == []  # nothing queued
-    info = client.launch(JobSpec(command=["true"], track=False))  # auto: runs, says why
+    # auto: runs, says why
+    info = client.launch(JobSpec(command=["true"], track=False, workdir=str(tmp_path)))
     assert info.sandbox is not None and info.sandbox.startswith("none (")
     assert "not found" in info.sandbox
     assert client.wait([info.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+    monkeypatch.delenv("AIR_BWRAP")  # bwrap is back: a rerun decides again
+    again = client.rerun(info.job_id)
+    assert again.sandbox == "bwrap"
+    assert client.wait([again.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
 
 
 def test_off_runs_unsandboxed_and_says_so(client: Client, tmp_path: Path) -> None:
