@@ -180,6 +180,34 @@ _TABLE = (
         " node's torchrun must join within it too)",
         "a number of seconds > 0", _positive,
     ),
+    # --- the Slurm backend ------------------------------------------------------------------
+    Setting(
+        "AIR_SLURM_PARTITION", "str", None,
+        "the partition Slurm jobs are submitted to (`sbatch --partition`)",
+        default_text="the cluster's default partition",
+    ),
+    Setting(
+        "AIR_SLURM_ACCOUNT", "str", None,
+        "the account Slurm jobs are charged to (`sbatch --account`)",
+        default_text="your default account",
+    ),
+    Setting(
+        "AIR_SLURM_QOS", "str", None,
+        "the quality of service of Slurm jobs (`sbatch --qos`)",
+        default_text="the account's default QOS",
+    ),
+    Setting(
+        "AIR_SLURM_SHARED_DIR", "path", None,
+        "a folder every Slurm node mounts; on a cluster of more than this host, AIR_HOME must"
+        " be under it (the nodes read the job folders and code snapshots there)",
+        default_text="none: only a cluster of this host alone",
+    ),
+    Setting(
+        "AIR_SLURM_EXTRA", "str", None,
+        "extra `#SBATCH` lines for every Slurm job, separated by `;` (e.g."
+        " `--constraint=a100; --mem=64G`)",
+        default_text="none",
+    ),
     # --- the scheduler --------------------------------------------------------------------
     Setting(
         "AIR_CPU_SLOTS", "int", None,
