@@ -326,15 +326,15 @@ class StudyState:
         elif kind == "llm_call":
             self.llm_calls += 1
             self.llm_usd += float(ev.get("usd", 0.0))
+            if self._round:  # a new round: the last one's trials have their shares
+                self._round, self._round_usd = [], 0.0
+            self._round_usd += float(ev.get("usd", 0.0))
             self.llm_input_tokens += int(ev.get("input_tokens", 0) or 0)
             self.llm_output_tokens += int(ev.get("output_tokens", 0) or 0)
             if not ev.get("ok", True):
                 self.llm_errors += 1
         elif kind == "invalid_proposal":
             self.invalid_proposals += 1
-            if self._round:  # a new round: the last one's trials have their shares
-                self._round, self._round_usd = [], 0.0
-            self._round_usd += float(ev.get("usd", 0.0))
         elif kind == "fallback":
             self.fallbacks += int(ev.get("count", 1))
         elif kind == "warning":
