@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -105,6 +106,29 @@ def _named_paths(argv: list[str]) -> list[str]:
     return out
 
 
+def _program_paths(program: str) -> list[str]:
+    """What the job's program needs that may lie under /tmp, which is private in the sandbox:
+    its virtual environment (or its folder), the interpreter's, and this toolkit's checkout (an
+    editable install imports from it), all read-only. Elsewhere the root's view shows them."""
+    found = program if program.startswith("/") else shutil.which(program)
+    places: list[str] = []
+    for exe in (found, sys.executable):
+        if not exe:
+            continue
+        bindir = os.path.dirname(os.path.abspath(exe))
+        root = os.path.dirname(bindir)
+        places.append(root if os.path.exists(os.path.join(root, "pyvenv.cfg")) else bindir)
+        places.append(os.path.dirname(os.path.realpath(exe)))
+    places.append(sys.prefix)
+    places.append(str(Path(__file__).resolve().parents[3]))  # the folder holding air_skills/
+    out: list[str] = []
+    for place in places:
+        real = os.path.realpath(place)
+        if _inside(real, "/tmp") and real != "/tmp" and os.path.isdir(real) and real not in out:
+            out.append(real)
+    return out
+
+
 def _real_dir(path: str) -> str | None:
     real = os.path.realpath(path)
     return real if os.path.isdir(real) else None
@@ -144,6 +168,8 @@ def wrap(
         if real and real != "/":  # AIR_HOME inside it is hidden next
             out += ["--ro-bind", real, real]
     for real in _named_paths(argv):  # `python /tmp/x/train.py`: its folder, read-only
+        out += ["--ro-bind", real, real]
+    for real in _program_paths(argv[0]):  # an interpreter or checkout under /tmp (CI's)
         out += ["--ro-bind", real, real]
     out += ["--tmpfs", home_real]  # AIR_HOME: nothing of it but the job's own folder
     for real in data:  # checked against the roots at start (tracking/data.recheck_at_start)

@@ -43,3 +43,27 @@ def test_mcp_launch_job_takes_sandbox(client: Client, tmp_path: Path) -> None:
     assert off.sandbox == "none (sandbox: off)" and on.sandbox == "bwrap"
     done = client.wait([off.job_id, on.job_id], timeout_s=60, any=False)
     assert [d.status for d in done] == [JobStatus.SUCCEEDED] * 2
+
+
+def test_an_interpreter_under_tmp_is_seen_inside_the_sandbox(client, tmp_path) -> None:
+    """/tmp is private in the sandbox: a job whose Python lives in a virtual environment under
+    /tmp (a CI checkout's .venv) still starts, with that environment's packages."""
+    import subprocess
+    import sys
+
+    from air_skills.runtime.execution import sandbox
+
+    if sandbox.unavailable():
+        pytest.skip(f"no sandbox here: {sandbox.unavailable()}")
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        check=True,
+    )
+    python = str(venv / "bin" / "python")
+    code = "import sys; print('prefix', sys.prefix)"
+    info = client.launch({"command": [python, "-c", code], "track": False, "sandbox": "on"})
+    (done,) = client.wait([info.job_id], timeout_s=120)
+    log = client.logs(info.job_id).text
+    assert done.status.value == "SUCCEEDED", (done.message, log)
+    assert f"prefix {venv}" in log
