@@ -447,24 +447,16 @@ class Store(SpareStore):
         before_seq: int | None,
         launched_by: str | None,
     ) -> tuple[str, list[Any]]:
-        where: list[str] = ["1=1"]
-        args: list[Any] = []
-        if launched_by is not None:
-            where.append("launched_by=?")
-            args.append(launched_by)
-        if status is not None:
-            where.append("status=?")
-            args.append(status)
-        if experiment is not None:
-            where.append("json_extract(spec, '$.experiment') IS ?")
-            args.append(experiment)
-        if project is not None:
-            where.append("project=?")
-            args.append(project)
-        if before_seq is not None:
-            where.append("seq < ?")
-            args.append(before_seq)
-        return " AND ".join(where), args
+        filters = (
+            ("launched_by=?", launched_by),
+            ("status=?", status),
+            ("json_extract(spec, '$.experiment') IS ?", experiment),
+            ("project=?", project),
+            ("seq < ?", before_seq),
+        )
+        given = [(sql, value) for sql, value in filters if value is not None]
+        where = ["1=1", *(sql for sql, _ in given)]
+        return " AND ".join(where), [value for _, value in given]
 
     # --- named reads and writes for quotas and `air doctor` ---------------------------------
 
