@@ -344,7 +344,7 @@ class JobSpec(_Strict):
             raise _refused(
                 "nodes_local",
                 "nodes > 1 needs a cluster: the local backend runs on this machine only;"
-                " use backend 'ray'",
+                " use backend 'ray' or 'slurm'",
             )
         stored = bool(info.context and info.context.get("stored"))  # a record read back
         if (

@@ -17,7 +17,7 @@ from air_skills import settings
 from air_skills.backends.base import already_finished
 from air_skills.backends.info import row_to_info
 from air_skills.backends.settle import finish
-from air_skills.backends.slurm import commands
+from air_skills.backends.slurm import commands, steps
 from air_skills.backends.slurm import reconcile as reconciling
 from air_skills.backends.slurm.submit import NICE, sbatch_options, slurm_id_of, submit
 from air_skills.errors import AirError, BackendUnavailable, InvalidSpec
@@ -113,20 +113,7 @@ class SlurmBackend:
 
     def _check(self, spec: JobSpec) -> None:
         """Refuse, before anything is created, what this backend cannot run."""
-        if spec.image:
-            raise InvalidSpec(
-                "container images on Slurm need the cluster's container plugin (pyxis), which"
-                " this backend does not drive yet",
-                hint="drop --image (the job runs its code snapshot on the node), or launch the"
-                " image with backend 'local' or 'ray'",
-            )
-        if spec.nodes > 1:
-            raise InvalidSpec(
-                f"nodes={spec.nodes}: multi-node gangs on Slurm (srun + torchrun per node) are"
-                " not built yet",
-                hint="use nodes=1 with procs (one torchrun inside the allocation), or backend"
-                " 'ray' for several nodes",
-            )
+        steps.check_image(spec.image, spec.nodes)  # pyxis, or refused
         if spec.priority not in NICE:
             raise InvalidSpec(f"priority {spec.priority!r} has no Slurm mapping")
         self._check_shared_folder()

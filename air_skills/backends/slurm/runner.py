@@ -5,6 +5,11 @@ environment prepared at submission in ``slurm-launch.json``, owner-only), with t
 gave it, its output appended to the job's log; it forwards Slurm's signals and, when the
 command ends, writes ``slurm-exit.json`` (exit code or signal) so the job can be settled from
 its files even after Slurm has forgotten it (MinJobAge).
+
+In a gang of several nodes (``srun`` starts one runner per node, steps.py) each runner fills
+the torchrun argv's placeholders from Slurm's variables (its node rank, the first node, the
+node count), sets ``AIR_NODE_RANK`` / ``AIR_NUM_NODES`` as a Ray gang's nodes get them, and
+only node 0 writes ``slurm-exit.json`` (the others ``slurm-exit.node<N>.json``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,23 @@ LAUNCH_FILE = "slurm-launch.json"
 EXIT_FILE = "slurm-exit.json"
 # Variables Slurm sets on the node that the job keeps (its GPUs, its allocation).
 FROM_SLURM = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_JOB_GPUS", "SLURM_JOB_NODELIST")
+PORT_BASE = 20000
+
+
+def node_values(environ: dict[str, str]) -> dict[str, str]:
+    """This node's place in the allocation, from Slurm's variables (steps.py's placeholders)."""
+    job = int(environ.get("SLURM_JOB_ID") or 0)
+    return {
+        "AIR_NODE_RANK": environ.get("SLURM_NODEID", "0"),
+        "AIR_NUM_NODES": environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES", "1"),
+        "AIR_MASTER_ADDR": environ.get("AIR_MASTER_ADDR") or os.uname().nodename,
+        "AIR_MASTER_PORT": str(PORT_BASE + job % 20000),
+    }
+
+
+def fill(argv: list[str], values: dict[str, str]) -> list[str]:
+    """The argv with each ``{NAME}`` placeholder argument replaced by its value."""
+    return [values.get(a[1:-1], a) if a[:5] == "{AIR_" and a[-1:] == "}" else a for a in argv]
 
 
 def _read_launch(jdir: Path) -> dict[str, Any]:
@@ -30,10 +52,11 @@ def _read_launch(jdir: Path) -> dict[str, Any]:
         return json.loads(f.read(16 * 2**20))
 
 
-def _write_exit(jdir: Path, record: dict[str, Any]) -> None:
-    tmp = jdir / f".{EXIT_FILE}.{os.getpid()}"
+def _write_exit(jdir: Path, record: dict[str, Any], node: str = "0") -> None:
+    name = EXIT_FILE if node == "0" else f"slurm-exit.node{node}.json"
+    tmp = jdir / f".{name}.{os.getpid()}"
     tmp.write_text(json.dumps(record))
-    os.replace(tmp, jdir / EXIT_FILE)
+    os.replace(tmp, jdir / name)
 
 
 def run(jdir: Path) -> int:
@@ -41,16 +64,25 @@ def run(jdir: Path) -> int:
     env = dict(launch["env"])
     env.update({k: os.environ[k] for k in FROM_SLURM if k in os.environ})
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    if launch.get("srun_step"):  # an srun step (a container) runs inside this allocation
+        env.update({k: v for k, v in os.environ.items() if k.startswith("SLURM_")})
     slurm_id = os.environ.get("SLURM_JOB_ID", "")
+    gang = launch.get("nodes", 1) > 1
+    values = node_values(dict(os.environ))
+    argv = fill(launch["argv"], values) if gang else launch["argv"]
+    if gang:
+        env.update({k: values[k] for k in ("AIR_NODE_RANK", "AIR_NUM_NODES")})
+    node = values["AIR_NODE_RANK"] if gang else "0"
     (jdir / "checkpoints").mkdir(exist_ok=True)
     config = launch.get("config")
     if config is not None and not (jdir / "config.json").exists():
         (jdir / "config.json").write_text(json.dumps(config))
     with open(launch["log_path"], "ab") as log:
-        log.write(f"[air] Slurm job {slurm_id} on {os.uname().nodename}\n".encode())
+        where = f" node {node}" if gang else ""
+        log.write(f"[air] Slurm job {slurm_id}{where} on {os.uname().nodename}\n".encode())
         log.flush()
         proc = subprocess.Popen(
-            launch["argv"],
+            argv,
             cwd=launch.get("cwd"),
             env=env,
             stdin=subprocess.DEVNULL,
@@ -74,7 +106,7 @@ def run(jdir: Path) -> int:
         record["exit_code"] = None
     else:
         record["exit_code"] = code
-    _write_exit(jdir, record)
+    _write_exit(jdir, record, node)
     return 128 - code if code < 0 else code
 
 

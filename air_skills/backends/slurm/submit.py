@@ -14,11 +14,12 @@ import math
 import os
 import shlex
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from air_skills import settings
-from air_skills.backends.slurm import commands
+from air_skills.backends.slurm import commands, steps
 from air_skills.backends.slurm.runner import LAUNCH_FILE
 from air_skills.models import JobSpec
 from air_skills.runtime.execution.launch_env import command_launch
@@ -70,8 +71,10 @@ def sbatch_options(
         "--requeue" if spec.preemptible else "--no-requeue",
         "--export=NONE",  # the job's environment is the runner's file, not the submitter's
     ]
+    if spec.nodes > 1:  # one task per node: its runner starts that node's torchrun
+        opts += [f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
     if spec.gpus:
-        opts.append(f"--gres=gpu:{spec.gpus}")
+        opts.append(f"--gres=gpu:{spec.gpus}")  # per node
     limit = time_limit(spec.timeout_min)
     if limit:
         opts.append(f"--time={limit}")
@@ -88,8 +91,9 @@ def sbatch_options(
     return opts
 
 
-def batch_script(jdir: Path) -> str:
-    """The batch script: the settings' extra ``#SBATCH`` lines, then the runner."""
+def batch_script(jdir: Path, nodes: int = 1) -> str:
+    """The batch script: the settings' extra ``#SBATCH`` lines, then the runner (one per node
+    through srun for several nodes)."""
     extra = settings.get("AIR_SLURM_EXTRA") or ""
     lines = ["#!/bin/sh"]
     lines += [
@@ -97,6 +101,8 @@ def batch_script(jdir: Path) -> str:
         for line in (part.strip() for part in extra.split(";"))
         if line
     ]
+    if nodes > 1:
+        return "\n".join(lines + steps.gang_script_lines(jdir)) + "\n"
     runner = [sys.executable, "-m", "air_skills.backends.slurm.runner", str(jdir)]
     lines.append("exec " + shlex.join(runner))
     return "\n".join(lines) + "\n"
@@ -116,8 +122,17 @@ def write_launch(rt: LaunchContext, row: JobRecord, spec: JobSpec) -> Path:
     jdir = rt.job_dir(row.job_id)
     data: dict[str, Any] = spec.model_dump(mode="json")
     # GPU indices are Slurm's to give: the runner takes CUDA_VISIBLE_DEVICES from the node.
-    launch = command_launch(rt.home, row, data, list(range(spec.gpus)))
+    # Several nodes or an image: the plain command, wrapped below (steps.py).
+    plain = {**data, "image": None, **({"procs": 1, "nodes": 1} if spec.nodes > 1 else {})}
+    launch = command_launch(rt.home, row, plain, list(range(spec.gpus)))
+    if spec.image:
+        argv = steps.container_argv(spec.image, launch.argv, jdir, launch.cwd)
+        launch = replace(launch, argv=argv)
+    if spec.nodes > 1:
+        launch = steps.node_gang(launch, data, jdir)
     record = {
+        "nodes": spec.nodes,
+        "srun_step": bool(spec.image),
         "argv": launch.argv,
         "cwd": launch.cwd,
         "env": launch.env,
@@ -125,7 +140,7 @@ def write_launch(rt: LaunchContext, row: JobRecord, spec: JobSpec) -> Path:
         "config": spec.config,
     }
     _write_private(jdir / LAUNCH_FILE, json.dumps(record))
-    _write_private(jdir / SCRIPT_FILE, batch_script(jdir), 0o700)
+    _write_private(jdir / SCRIPT_FILE, batch_script(jdir, spec.nodes), 0o700)
     return jdir
 
 
