@@ -97,13 +97,6 @@ def test_dry_run_shows_the_sbatch_options_and_submits_nothing(slurm_client, tmp_
     assert slurm_client.store.rows("") == []  # nothing recorded, nothing submitted
 
 
-def test_an_image_or_several_nodes_are_refused_clearly(slurm_client, tmp_path) -> None:
-    with pytest.raises(InvalidSpec, match="pyxis"):
-        slurm_client.launch(_spec(tmp_path, "print(1)", image="localhost/x:1"))
-    with pytest.raises(InvalidSpec, match="multi-node"):
-        slurm_client.launch(_spec(tmp_path, "print(1)", nodes=2, backend="slurm"))
-
-
 def test_a_submitter_killed_after_sbatch_is_found_again(slurm_client, tmp_path, air_home) -> None:
     script = tmp_path / "job.py"
     script.write_text("print('ran on slurm')")
