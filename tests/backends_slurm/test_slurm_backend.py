@@ -15,7 +15,6 @@ import pytest
 from helpers import wait_until
 
 from air_skills import JobSpec, JobStatus
-from air_skills.errors import InvalidSpec
 
 PY = sys.executable
 
