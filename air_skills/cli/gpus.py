@@ -35,6 +35,8 @@ def gpus(as_json: bool = JsonOpt) -> None:
         f"capacity: CPU slots {cpu['used']}/{cpu['total']} in use, {cpu['queued']} queued;"
         f" GPUs {gpu['used']}/{gpu['schedulable']} in use, {gpu['queued']} queued",
     )
+    for line in c.excluded_nodes():  # Slurm's bad nodes (backends/slurm/cordons.py)
+        say(out, line)
     if not items:
         say(out, f"no GPUs: {provider().note}. CPU jobs (--gpus 0) still run.")
         return

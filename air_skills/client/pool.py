@@ -20,6 +20,13 @@ class PoolMixin:
         self.reconcile()
         return gpu_table(self.store.gpu_rows(), self.store.running_rows("local"))
 
+    def excluded_nodes(self) -> list[str]:
+        """Slurm nodes excluded from a job's retries this week: which, for which job, why,
+        since when (one line each; none where Slurm is not used)."""
+        from air_skills.backends.slurm.cordons import notes
+
+        return notes(self.store)
+
     def capacity(self) -> dict[str, dict[str, int]]:
         """This machine's CPU slots and GPUs: how many, in use, and jobs queued for each."""
         self.reconcile()

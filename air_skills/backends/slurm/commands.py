@@ -137,3 +137,40 @@ def nodes() -> list[tuple[str, str]]:
         raise _unreachable(argv, proc)
     rows = [line.strip().split("|", 1) for line in proc.stdout.splitlines() if "|" in line]
     return [(r[0], r[1]) for r in rows]
+
+
+# sacct's answer when the cluster keeps no accounting (accounting_storage/none).
+NO_ACCOUNTING = ("accounting storage is disabled", "slurmdbd", "Connection refused")
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList"
+
+
+def accounting(ids: list[str]) -> dict[str, SlurmJob] | None:
+    """What ``sacct`` remembers of ``ids`` (jobs squeue and scontrol forgot); None when the
+    cluster keeps no accounting (then the runner's ``slurm-exit.json`` settles them)."""
+    if not ids:
+        return {}
+    argv = ["sacct", "-n", "-X", "--parsable2", "-j", ",".join(ids), "-o", SACCT_FIELDS]
+    try:
+        proc = _run(argv)
+    except BackendUnavailable:
+        return None
+    if proc.returncode != 0 or any(s in proc.stderr for s in NO_ACCOUNTING):
+        return None
+    return parse_sacct(proc.stdout)
+
+
+def parse_sacct(text: str) -> dict[str, SlurmJob]:
+    """``sacct --parsable2 -o JobID,State,ExitCode,NodeList`` lines, by job id."""
+    found: dict[str, SlurmJob] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 4 or "." in parts[0]:  # a step's line (123.batch): its job's says it
+            continue
+        code, sig = None, None
+        if ":" in parts[2]:
+            a, b = parts[2].split(":", 1)
+            code, sig = int(a), int(b)
+        state = parts[1].split()[0] if parts[1] else "UNKNOWN"  # "CANCELLED by 1000"
+        node = "" if parts[3] in ("", "None assigned") else parts[3]
+        found[parts[0]] = SlurmJob(parts[0], state, "", code, sig, node)
+    return found

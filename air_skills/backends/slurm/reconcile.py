@@ -3,7 +3,8 @@
     PENDING, REQUEUED, ...     -> QUEUED     (the reason Slurm gives, in the message)
     RUNNING, COMPLETING, ...   -> RUNNING
     COMPLETED                  -> SUCCEEDED
-    FAILED, OUT_OF_MEMORY      -> FAILED (user; retried while max_retries allows)
+    FAILED, OUT_OF_MEMORY      -> FAILED (user; retried while max_retries allows), unless
+                                  NCCL's signatures or a drained node say infra (failures.py)
     TIMEOUT, DEADLINE          -> TIMED_OUT
     CANCELLED                  -> CANCELLED  (by AIR, or by scancel outside it: said so)
     NODE_FAIL, BOOT_FAIL, ...  -> an infra failure: resubmitted (the node excluded where the
@@ -11,7 +12,9 @@
     (forgotten: MinJobAge)     -> settled from the runner's ``slurm-exit.json``
 
 A job whose submitter died after ``sbatch`` and before recording the id is found again by its
-Slurm job name (``air-<job id>``). An unreachable controller changes nothing.
+Slurm job name (``air-<job id>``). A job squeue and scontrol forgot is asked of ``sacct``
+where the cluster keeps accounting; where it does not (``accounting_storage/none``) the
+runner's ``slurm-exit.json`` settles it. An unreachable controller changes nothing.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.backends.settle import finish, finish_stopped
-from air_skills.backends.slurm import commands
+from air_skills.backends.slurm import commands, cordons
 from air_skills.backends.slurm.commands import ACTIVE, INFRA, WAITING, SlurmJob
+from air_skills.backends.slurm.failures import hostnames, infra_cause
 from air_skills.backends.slurm.runner import EXIT_FILE
 from air_skills.backends.slurm.submit import job_name, ref_of, slurm_id_of, submit
 from air_skills.errors import AirError
 from air_skills.home import read_job_json
 from air_skills.models import STORED, JobSpec
+from air_skills.runtime.execution.gang import is_gang
 from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.results.outcomes import max_infra_retries
 from air_skills.runtime.store.records import JobRecord
@@ -55,13 +60,18 @@ def reconcile(rt: LaunchContext) -> int:
     ids = [i for r in rows if (i := slurm_id_of(r.backend_ref))]
     lost = frozenset(job_name(r.job_id) for r in rows if not r.backend_ref)
     seen = commands.queue(ids, lost)
+    for sid in ids:  # squeue no longer lists it: scontrol, then sacct where there is one
+        if sid not in seen and (job := commands.show(sid)) is not None:
+            seen[sid] = job
+    forgotten = [sid for sid in ids if sid not in seen]
+    seen.update((commands.accounting(forgotten) or {}) if forgotten else {})
     changed = 0
     for row in rows:
         sid = slurm_id_of(row.backend_ref)
         if sid is None:
             changed += _adopt(rt, row, seen.get(job_name(row.job_id)))
             continue
-        job = seen.get(sid) or commands.show(sid)
+        job = seen.get(sid)  # None: Slurm forgot it, without accounting: its files say
         try:
             changed += settle(rt, row, sid, job)
         except AirError as exc:  # one job's trouble never stops the others' reconcile
@@ -149,10 +159,14 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
         return _from_exit(rt, row, ended)  # the command ended before its node was lost
     if state in INFRA:
         return _infra_retry(
-            rt, row, spec, f"Slurm reported {state} on node {job.node or '?'}", job.node
+            rt, row, spec, f"Slurm reported {state} on node {job.node or '?'}", *hostnames(job.node)
         )
-    # FAILED, OUT_OF_MEMORY, and anything else that ended: the command's own failure.
+    # FAILED, OUT_OF_MEMORY, and anything else that ended: the command's own failure, unless
+    # its log shows NCCL's signatures or its node was drained under it (failures.py).
     code = (ended or {}).get("exit_code", job.exit_code)
+    cause = infra_cause(row.log_path, code, is_gang(spec.model_dump()), job.node)
+    if cause is not None:
+        return _infra_retry(rt, row, spec, cause.what, *cause.nodes)
     why = "out of memory" if state == "OUT_OF_MEMORY" else f"exit code {code}"
     return _user_failure(rt, row, spec, why, code)
 
@@ -166,6 +180,9 @@ def _from_exit(rt: LaunchContext, row: JobRecord, ended: dict[str, Any]) -> int:
             rt, row, JobStatus.CANCELLED, f"CANCELLED: {row.stop_reason}", done_marker=DONE
         )
     spec = JobSpec.model_validate_json(row.spec, context=STORED)
+    cause = infra_cause(row.log_path, code, is_gang(spec.model_dump()), "")
+    if cause is not None:
+        return _infra_retry(rt, row, spec, cause.what)
     why = f"killed by {ended['signal']}" if ended.get("signal") else f"exit code {code}"
     return _user_failure(rt, row, spec, why, code if isinstance(code, int) else None)
 
@@ -186,7 +203,7 @@ def _user_failure(
     )
 
 
-def _infra_retry(rt: LaunchContext, row: JobRecord, spec: JobSpec, what: str, node: str) -> int:
+def _infra_retry(rt: LaunchContext, row: JobRecord, spec: JobSpec, what: str, *nodes: str) -> int:
     """An infra failure: resubmitted while the budget allows, its node excluded when the
     cluster has another that could run it."""
     if row.infra_retries >= max_infra_retries():
@@ -199,10 +216,11 @@ def _infra_retry(rt: LaunchContext, row: JobRecord, spec: JobSpec, what: str, no
             failure_kind="infra",
             done_marker=DONE,
         )
-    exclude = _bad_nodes(rt, row) + ([node] if node else [])
+    nodes = tuple(n for n in nodes if n)
+    exclude = _bad_nodes(rt, row) + list(nodes)
     others = {n for n, _ in commands.nodes()} - set(exclude)
-    if node:
-        rt.store.event(row.job_id, "slurm-bad-node", node)
+    for node in nodes:  # the cordon: excluded from this job's retries, noted in `air gpus`
+        rt.store.event(row.job_id, cordons.EVENT, cordons.note(node, what))
     message = f"QUEUED: retrying after an infra failure ({what})"
     return _resubmit(rt, row, spec, "infra", message, exclude=exclude if others else None)
 
@@ -227,7 +245,8 @@ def _resubmit(
 
 
 def _bad_nodes(rt: LaunchContext, row: JobRecord) -> list[str]:
-    return [e["message"] for e in rt.store.events(row.job_id) if e["kind"] == "slurm-bad-node"]
+    events = rt.store.events(row.job_id)
+    return [cordons.node_of(e["message"]) for e in events if e["kind"] == cordons.EVENT]
 
 
 def _reread(rt: LaunchContext, row: JobRecord) -> JobRecord:
