@@ -12,12 +12,13 @@ from __future__ import annotations
 import socket
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from air_skills import settings
 from air_skills.backends.base import already_finished
 from air_skills.backends.info import row_to_info
 from air_skills.backends.settle import finish
-from air_skills.backends.slurm import commands, steps
+from air_skills.backends.slurm import commands, staging, steps
 from air_skills.backends.slurm import reconcile as reconciling
 from air_skills.backends.slurm.submit import NICE, sbatch_options, slurm_id_of, submit
 from air_skills.errors import AirError, BackendUnavailable, InvalidSpec
@@ -119,25 +120,19 @@ class SlurmBackend:
         self._check_shared_folder()
 
     def _check_shared_folder(self) -> None:
-        """On a cluster of more than this host, the job folders must be on shared storage."""
+        """On a cluster of more than this host, jobs need a shared folder (staging.py)."""
         nodes = {n for n, _ in commands.nodes()}
         here = {socket.gethostname().split(".")[0], socket.gethostname()}
         if nodes <= here:
             return
         shared = settings.get("AIR_SLURM_SHARED_DIR")
-        home = self.runtime.home
         if not shared:
             raise InvalidSpec(
                 f"the Slurm cluster has nodes other than this host ({', '.join(sorted(nodes))})"
-                f" and AIR_SLURM_SHARED_DIR is not set: the nodes could not read {home}",
-                hint="set AIR_SLURM_SHARED_DIR to a folder every node mounts, and AIR_HOME to a"
-                " folder under it",
-            )
-        if not str(home).startswith(str(shared).rstrip("/") + "/"):
-            raise InvalidSpec(
-                f"AIR_HOME {home} is not under AIR_SLURM_SHARED_DIR {shared}: the nodes could"
-                " not read the job folders",
-                hint=f"set AIR_HOME to a folder under {shared}",
+                f" and AIR_SLURM_SHARED_DIR is not set: the nodes could not read"
+                f" {self.runtime.home}",
+                hint="set AIR_SLURM_SHARED_DIR to a folder every node mounts (AIR_HOME under"
+                " it, or jobs are staged there and their output fetched back)",
             )
 
     # --- watching and stopping ------------------------------------------------------------------
@@ -149,7 +144,11 @@ class SlurmBackend:
             return 0
 
     def logs(self, record: JobRecord) -> None:
-        """The runner appends to the job's log on the shared folder: nothing to fetch."""
+        """The runner appends to the job's log; a job staged on the shared storage (a home the
+        nodes cannot read, staging.py) has its new output fetched into the job's log first."""
+        sdir = staging.stage_dir(self.runtime.home, record.job_id)
+        if sdir is not None:
+            staging.fetch(Path(record.log_path).parent, sdir)
 
     def cancel(self, record: JobRecord, reason: str, wait_s: float = STOP_WAIT_S) -> JobInfo:
         """scancel (SIGTERM, then SIGKILL after the cluster's KillWait); CANCELLED when done."""

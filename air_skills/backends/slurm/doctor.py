@@ -44,13 +44,18 @@ def doctor_check(home: Path, default_backend: str | None) -> dict[str, str]:
             " read the job folders: AIR_SLURM_SHARED_DIR is not set",
             "next": "set AIR_SLURM_SHARED_DIR to a folder every node mounts, and AIR_HOME under it",
         }
-    if others and shared and not str(home).startswith(str(shared).rstrip("/") + "/"):
+    if shared and not Path(shared).is_dir():
         return {
             "name": NAME,
             "status": "warn",
-            "detail": detail + f"; AIR_HOME {home} is not under AIR_SLURM_SHARED_DIR {shared}",
-            "next": f"set AIR_HOME to a folder under {shared}",
+            "detail": detail + f"; AIR_SLURM_SHARED_DIR {shared} is not a folder here",
+            "next": "mount the shared storage, or point AIR_SLURM_SHARED_DIR at it",
         }
+    if shared and not str(home).startswith(str(shared).rstrip("/") + "/"):
+        detail += (
+            f"; AIR_HOME {home} is not under AIR_SLURM_SHARED_DIR {shared}: jobs are staged"
+            " there and their output fetched back"
+        )
     status = "warn" if bad else "ok"
     nxt = "see why with `sinfo -R`; `scontrol update nodename=N state=resume`" if bad else ""
     return {"name": NAME, "status": status, "detail": detail, "next": nxt}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.backends.settle import finish, finish_stopped
-from air_skills.backends.slurm import commands, cordons
+from air_skills.backends.slurm import commands, cordons, staging
 from air_skills.backends.slurm.commands import ACTIVE, INFRA, WAITING, SlurmJob
 from air_skills.backends.slurm.failures import hostnames, infra_cause
 from air_skills.backends.slurm.runner import EXIT_FILE
@@ -102,6 +102,8 @@ def _adopt(rt: LaunchContext, row: JobRecord, job: SlurmJob | None) -> int:
 def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) -> int:
     """Apply one Slurm job's state to its record."""
     jdir = Path(row.log_path).parent
+    if (sdir := staging.stage_dir(rt.home, row.job_id)) is not None:
+        staging.fetch(jdir, sdir)  # the log and exit record from the shared storage
     if job is None:  # Slurm has forgotten it (MinJobAge): its files say how it ended
         ended = read_exit(jdir)
         if ended is None:

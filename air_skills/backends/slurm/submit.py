@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills import settings
-from air_skills.backends.slurm import commands, steps
+from air_skills.backends.slurm import commands, staging, steps
 from air_skills.backends.slurm.runner import LAUNCH_FILE
 from air_skills.models import JobSpec
 from air_skills.runtime.execution.launch_env import command_launch
@@ -118,7 +118,8 @@ def _write_private(path: Path, text: str, mode: int = 0o600) -> None:
 
 
 def write_launch(rt: LaunchContext, row: JobRecord, spec: JobSpec) -> Path:
-    """The job's command as a local job gets it, for the runner on the node to start."""
+    """The job's command as a local job gets it, for the runner on the node to start; the
+    folder the node runs it from (the job's, or its copy on the shared storage: staging.py)."""
     jdir = rt.job_dir(row.job_id)
     data: dict[str, Any] = spec.model_dump(mode="json")
     # GPU indices are Slurm's to give: the runner takes CUDA_VISIBLE_DEVICES from the node.
@@ -139,9 +140,12 @@ def write_launch(rt: LaunchContext, row: JobRecord, spec: JobSpec) -> Path:
         "log_path": row.log_path,
         "config": spec.config,
     }
-    _write_private(jdir / LAUNCH_FILE, json.dumps(record))
-    _write_private(jdir / SCRIPT_FILE, batch_script(jdir, spec.nodes), 0o700)
-    return jdir
+    rdir = staging.stage_dir(rt.home, row.job_id) or jdir  # where the node runs it
+    if rdir != jdir:
+        record = staging.stage(jdir, rdir, record)
+    _write_private(rdir / LAUNCH_FILE, json.dumps(record))
+    _write_private(rdir / SCRIPT_FILE, batch_script(rdir, spec.nodes), 0o700)
+    return rdir
 
 
 def submit(
@@ -150,6 +154,7 @@ def submit(
     """Submit one attempt; record its Slurm id on the job. Returns the Slurm id."""
     jdir = write_launch(rt, row, spec)
     (jdir / "slurm-exit.json").unlink(missing_ok=True)  # a retry's end is its own
+    (rt.job_dir(row.job_id) / "slurm-exit.json").unlink(missing_ok=True)
     slurm_id = commands.sbatch(
         [*sbatch_options(row.job_id, spec, jdir, exclude), str(jdir / SCRIPT_FILE)]
     )
