@@ -91,6 +91,11 @@ _TABLE = (
         "the bubblewrap program that sandboxes jobs: a name looked up on PATH, or a path",
     ),
     Setting(
+        "AIR_SANDBOX_DEV_ROOT", "str", "/dev",
+        "the folder of GPU device nodes a sandboxed job's /dev is made from: where it holds"
+        " `nvidiaN` nodes, a job sees only its own GPUs' nodes and the control nodes",
+    ),
+    Setting(
         "AIR_DATA_RECHECK_MAX_MB", "float", 256.0,
         "MiB of data input content the end-of-job re-check may read (all inputs together);"
         " past it a changed input is reported from its size and mtime, not read",

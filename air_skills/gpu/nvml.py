@@ -209,6 +209,17 @@ class NvmlGpuProvider:
     def readings(self, indices: list[int]) -> list[GpuReading]:
         return nvml_readings(self.nvml, indices, self.watcher)
 
+    def minor_numbers(self, indices: list[int]) -> list[int]:
+        """Each GPU's device node number (``/dev/nvidiaN``); the index where NVML cannot say."""
+        nv = self.nvml
+        out = []
+        for i in indices:
+            try:
+                out.append(int(nv.nvmlDeviceGetMinorNumber(nv.nvmlDeviceGetHandleByIndex(i))))
+            except Exception:
+                out.append(i)
+        return out
+
     def faults(self, indices: list[int]) -> list[GpuFault]:
         try:
             return nvml_faults(self.nvml, indices, self.watcher)

@@ -25,7 +25,13 @@ from air_skills.home import (
     read_launch_env,
 )
 from air_skills.runtime.containers import container
-from air_skills.runtime.execution import gang, metric_relay, rendezvous, sandbox
+from air_skills.runtime.execution import (
+    gang,
+    metric_relay,
+    rendezvous,
+    sandbox,
+    sandbox_devices,
+)
 from air_skills.runtime.store.records import JobRecord
 
 # Set by the runtime for every job, never by a spec's ``env``: the GPUs a job may see, where its
@@ -228,6 +234,7 @@ def command_launch(
             network=spec.get("network", True),
             # What air reads back from the job's folder stays as air wrote it.
             kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
+            dev=_dev_args(gpus, env),
         )
     if image is not None:  # the engine runs it: the contract's names pass into the container
         passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]
@@ -243,6 +250,21 @@ def command_launch(
             line = f"[air] {image.engine} runs with air's settings for: {fixes} ({said})\n"
             banner += line.encode()
     return CommandLaunch(argv, cwd, env, row.log_path, banner)
+
+
+def _dev_args(gpus: list[int], env: dict[str, str]) -> list[str]:
+    """The sandboxed job's /dev: its own GPUs' nodes only, where there are GPU nodes."""
+    root = settings.get("AIR_SANDBOX_DEV_ROOT", env) or "/dev"
+    return sandbox_devices.dev_args(gpus, root, _minors)
+
+
+def _minors(gpus: list[int]) -> list[int]:
+    """The GPUs' device-node numbers: NVML's minor numbers (an index is not always one)."""
+    from air_skills.gpu.providers import provider
+
+    found = provider()
+    numbers = getattr(found, "minor_numbers", None)
+    return numbers(gpus) if found.kind == "nvml" and numbers is not None else gpus
 
 
 class DataRefusedAtStart(OSError):

@@ -3,17 +3,22 @@
 A sandboxed job cannot reach the shared store (it lies in AIR_HOME, hidden): it logs to a
 file store in its own folder (``mlruns/``, made here with the run under the same run and
 experiment ids), and its supervisor, outside the sandbox, forwards each new metric, param and
-tag line to the shared store's run as it arrives. A job can so change no record but its own
-run. A tracking server (``http(s)://``) keeps its own access control: jobs log to it directly.
+tag line, and each new or changed artifact file, to the shared store's run as it arrives. A
+job can so change no record but its own run. Artifacts are read without following links (a
+link the job made to a file outside its folder is never forwarded). A tracking server
+(``http(s)://``) keeps its own access control: jobs log to it directly.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +101,7 @@ class MetricRelay:
         self.run = run_dir(jdir, experiment_id, run_id)
         self._offsets: dict[str, int] = self._load_offsets()
         self._seen: dict[str, bytes] = {}  # tags and params already forwarded
+        self._artifacts: dict[str, tuple[int, int, int]] = {}  # path -> (inode, size, mtime)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -166,19 +172,43 @@ class MetricRelay:
             for k, v in self._new(self.run / "tags", "t:")
             if not k.startswith(("mlflow.", "air."))  # the runtime's own tags stay its own
         ]
-        if not (metrics or params or tags):
-            return 0
-        client = self._mlflow()
-        for i in range(0, len(metrics), _BATCH):
-            client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH])
-        self._offsets.update(offsets)
-        self.forwarded += len(metrics)
-        if params or tags:
-            try:  # a param logged again with another value is refused: metrics went first
-                client.log_batch(self.run_id, params=params, tags=tags)
-            except Exception:
-                pass
+        if metrics or params or tags:
+            client = self._mlflow()
+            for i in range(0, len(metrics), _BATCH):
+                client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH])
+            self._offsets.update(offsets)
+            self.forwarded += len(metrics)
+            if params or tags:
+                try:  # a param logged again with another value is refused: metrics went first
+                    client.log_batch(self.run_id, params=params, tags=tags)
+                except Exception:
+                    pass
+        self._forward_artifacts()  # after the metrics: a large file does not hold them up
         return len(metrics)
+
+    def _forward_artifacts(self) -> None:
+        """Copy each artifact file new or changed since the last call into the run."""
+        try:
+            root = os.open(self.run / "artifacts", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        staging: str | None = None
+        try:
+            for rel, dir_fd, name, st in _regular_files(root, ""):
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                if self._artifacts.get(rel) == stamp:
+                    continue
+                staging = staging or tempfile.mkdtemp(prefix="air-relay-")
+                copy = os.path.join(staging, rel)
+                if not _copy_regular(dir_fd, name, copy):
+                    continue
+                folder = os.path.dirname(rel) or None
+                self._mlflow().log_artifact(self.run_id, copy, artifact_path=folder)
+                self._artifacts[rel] = stamp
+        finally:
+            os.close(root)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
 
     def _new(self, folder: Path, kind: str) -> list[tuple[str, str]]:
         out = []
@@ -195,6 +225,43 @@ class MetricRelay:
 
             self._client = MlflowClient(self.uri)
         return self._client
+
+
+def _regular_files(dir_fd: int, prefix: str) -> Iterator[tuple[str, int, str, os.stat_result]]:
+    """(relative path, its folder's fd, name, stat) of each regular file below ``dir_fd``,
+    walked by descriptors with no link followed (the job may swap a folder for a link)."""
+    with os.scandir(dir_fd) as entries:
+        found = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+    for name, st in sorted(found):
+        rel = f"{prefix}{name}"
+        if stat.S_ISREG(st.st_mode):
+            yield rel, dir_fd, name, st
+        elif stat.S_ISDIR(st.st_mode):
+            try:
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            except OSError:
+                continue
+            try:
+                yield from _regular_files(sub, rel + "/")
+            finally:
+                os.close(sub)
+
+
+def _copy_regular(dir_fd: int, name: str, dest: str) -> bool:
+    """Copy the regular file ``name`` (never through a link, never a FIFO) to ``dest``."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        if not _regular(fd):
+            return False
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with os.fdopen(os.dup(fd), "rb") as src, open(dest, "wb") as out:
+            shutil.copyfileobj(src, out)
+        return True
+    finally:
+        os.close(fd)
 
 
 def open_relay(jdir: Path, run_id: str | None, experiment_id: str | None, uri: str) -> Any:

@@ -10,20 +10,19 @@ hidden beyond the job's folder (no ``air.db``, code store, other jobs, studies, 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from air_skills import settings
 from air_skills.home import open_job_file
+from air_skills.runtime.execution import sandbox_probe
 
 # What a job's record says when it ran in one (``JobInfo.sandbox``).
 KIND = "bwrap"
-# The probe's answer per bwrap path, for this process (a launcher asks once).
-_PROBED: dict[str, str | None] = {}
 
 
 class SandboxUnavailable(OSError):
@@ -42,30 +41,22 @@ def bwrap_path(environ: Mapping[str, str] | None = None) -> str | None:
     name = settings.get("AIR_BWRAP", env) or ""
     if not name:
         return None
-    return shutil.which(name, path=env.get("PATH", os.defpath))
+    return _which(name, env.get("PATH", os.defpath))
+
+
+@functools.lru_cache(maxsize=16)
+def _which(name: str, path: str) -> str | None:
+    """shutil.which, once per (name, PATH) for this process: a supervisor starts many jobs."""
+    return shutil.which(name, path=path)
 
 
 def unavailable(environ: Mapping[str, str] | None = None) -> str | None:
-    """Why no sandbox can be made here (``None``: one can). Probes bwrap once per process."""
+    """Why no sandbox can be made here (``None``: one can); sandbox_probe.py asks bwrap."""
     path = bwrap_path(environ)
     if path is None:
         name = settings.get("AIR_BWRAP", os.environ if environ is None else environ)
         return f"{name or 'bwrap'} not found on PATH: install bubblewrap"
-    if path not in _PROBED:
-        _PROBED[path] = _probe(path)
-    return _PROBED[path]
-
-
-def _probe(path: str) -> str | None:
-    argv = [path, "--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--", "/bin/true"]
-    try:
-        done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{path} cannot run: {exc}"
-    if done.returncode != 0:
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        return f"the kernel refused it ({said[-1] if said else f'exit {done.returncode}'})"
-    return None
+    return sandbox_probe.probe(path)
 
 
 def describe(spec: Mapping[str, object]) -> str | None:
@@ -84,9 +75,10 @@ def describe(spec: Mapping[str, object]) -> str | None:
 
 
 def _named_paths(argv: list[str]) -> list[str]:
-    """The absolute paths a command names, as their folders (a script's siblings are its
-    imports; a file not made yet will appear there), or the file itself when its folder is /
-    or /tmp (kept private)."""
+    """The absolute paths under /tmp a command names, as their folders (a script's siblings
+    are its imports; a file not made yet will appear there), or the file itself when its
+    folder is /tmp (kept private). Elsewhere the root's view shows them already: a bind less
+    is a mount less on the launch path."""
     out: list[str] = []
     for arg in argv[1:]:
         if not arg.startswith("/") or "\x00" in arg:
@@ -101,12 +93,18 @@ def _named_paths(argv: list[str]) -> list[str]:
             real = real if folder in ("/", "/tmp") else folder
         elif not os.path.isdir(real) or real in ("/", "/tmp"):
             continue
-        if real not in out:
+        if _hidden(real) and real not in out:
             out.append(real)
     return out
 
 
-def _program_paths(program: str) -> list[str]:
+def _hidden(real: str) -> bool:
+    """Whether the sandbox's base view hides ``real``: under its private /tmp."""
+    return real != "/tmp" and _inside(real, "/tmp")
+
+
+@functools.lru_cache(maxsize=64)
+def _program_paths(program: str) -> tuple[str, ...]:
     """What the job's program needs that may lie under /tmp, which is private in the sandbox:
     its virtual environment (or its folder), the interpreter's, and this toolkit's checkout (an
     editable install imports from it), all read-only. Elsewhere the root's view shows them."""
@@ -124,9 +122,9 @@ def _program_paths(program: str) -> list[str]:
     out: list[str] = []
     for place in places:
         real = os.path.realpath(place)
-        if _inside(real, "/tmp") and real != "/tmp" and os.path.isdir(real) and real not in out:
+        if _hidden(real) and os.path.isdir(real) and real not in out:
             out.append(real)
-    return out
+    return tuple(out)
 
 
 def _real_dir(path: str) -> str | None:
@@ -152,11 +150,12 @@ def wrap(
     readonly: Iterable[str] = (),
     die_with_parent: bool = False,
     kept: Iterable[str | os.PathLike[str]] = (),
+    dev: Iterable[str] = ("--dev-bind", "/dev", "/dev"),
 ) -> list[str]:
     """``argv`` run by bwrap with the job's view (module docstring); mounts in order, the
-    later over the earlier."""
+    later over the earlier. ``dev``: how /dev is made (sandbox_devices.py: a GPU job's)."""
     home_real = os.path.realpath(home)
-    out = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev"]
+    out = [bwrap, "--ro-bind", "/", "/", *dev]
     if die_with_parent:
         out.append("--die-with-parent")
     out += ["--unshare-pid", "--proc", "/proc", "--tmpfs", "/tmp"]
@@ -165,10 +164,11 @@ def wrap(
     # Its workdir (and a live job's cwd) may lie under /tmp, now private: seen read-only.
     for path in dict.fromkeys(p for p in (workdir, cwd) if p):
         real = _real_dir(path)
-        if real and real != "/":  # AIR_HOME inside it is hidden next
+        if real and _hidden(real) and not _inside(real, home_real):  # AIR_HOME: hidden next
             out += ["--ro-bind", real, real]
     for real in _named_paths(argv):  # `python /tmp/x/train.py`: its folder, read-only
-        out += ["--ro-bind", real, real]
+        if not _inside(real, home_real):
+            out += ["--ro-bind", real, real]
     for real in _program_paths(argv[0]):  # an interpreter or checkout under /tmp (CI's)
         out += ["--ro-bind", real, real]
     out += ["--tmpfs", home_real]  # AIR_HOME: nothing of it but the job's own folder
