@@ -10,10 +10,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from air_skills.batch import group_line
+from air_skills.runtime.supervision.stall import note as stall_note
 from mcp_server.schemas import BatchReply, CompareReply, JobPage, LogReply, SeedGroup, WaitReply
 
 CONFIG_CHARS = 300
 MESSAGE_CHARS = 200
+STALL_CHARS = 160  # a stalled job's "stalled N min: where each rank was", in wait's lines
 WAIT_TAIL_CHARS = 400
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
@@ -140,11 +142,13 @@ def render_page(page: JobPage) -> str:
     shared = len({j.launched_by for j in page.items}) > 1  # several launchers: say who
     if not page.metric:  # a run of jobs in one status on one line
         for status, group in itertools.groupby(page.items, key=lambda j: j.status):
-            jobs = "; ".join(f"{j.job_id} {j.name}{_kind(j)}{_by(j, shared)}" for j in group)
+            jobs = "; ".join(
+                f"{j.job_id} {j.name}{_kind(j)}{_stalled(j)}{_by(j, shared)}" for j in group
+            )
             lines.append(f"{status}: {jobs}")
         return "\n".join(lines)
     for j in page.items:  # a leaderboard always says who ran each: the pool's shared board
-        line = f"{j.job_id} {j.name} {j.status}{_kind(j)}{_by(j, True)}"
+        line = f"{j.job_id} {j.name} {j.status}{_kind(j)}{_stalled(j)}{_by(j, True)}"
         lines.append(f"{line} {render_score(j.score)}")
     return "\n".join(lines + render_groups(page.groups, page.metric))
 
@@ -155,6 +159,10 @@ def _by(job: Any, shown: bool) -> str:
 
 def _kind(job: Any) -> str:
     return f" [{job.failure_kind}]" if job.failure_kind else ""
+
+
+def _stalled(job: Any) -> str:
+    return f" ({job.stalled})" if getattr(job, "stalled", None) else ""
 
 
 def render_logs(reply: LogReply) -> str:
@@ -172,9 +180,12 @@ def render_logs(reply: LogReply) -> str:
 def render_wait(reply: WaitReply) -> str:
     """Done or timed out, then each job's line (with the metric), and failures' tails."""
     state = "done" if reply.done else "timed out; call again to keep waiting"
+    if reply.stalled and not reply.done:
+        state = f"{', '.join(reply.stalled)} stalled (its message says where; see get_job)"
     lines = [f"wait: {state}"]
     for job in reply.jobs:
-        lines.append(job_line(job, reply.metric))
+        what = stall_note(job.message or "", STALL_CHARS)
+        lines.append(job_line(job, reply.metric) + (f" ({what})" if what else ""))
         if job.log_tail:
             lines.append(frame_output(job.job_id, job.log_tail[-WAIT_TAIL_CHARS:]))
     return "\n".join(lines + render_groups(reply.groups, reply.metric))

@@ -76,6 +76,7 @@ class JobSummary(_Reply):
     failure_kind: Literal["user", "infra"] | None = None
     score: MetricScore | None = None
     launched_by: str | None = None
+    stalled: str | None = None  # "stalled 31 min: rank 1 in all_reduce ...", cut short
 
 
 class SeedGroup(_Reply):
@@ -190,6 +191,7 @@ class WaitReply(_Reply):
     metric: str | None = None
     jobs: list[JobReply]
     groups: list[SeedGroup] | None = None
+    stalled: list[str] | None = None  # the jobs whose stall (since the call began) ended it
 
 
 class GpuList(_Reply):

@@ -56,20 +56,31 @@ async def wait_async(
     """Wait until any (or all) of the jobs end, up to ``timeout_s``, without holding a thread."""
     ids = list(dict.fromkeys(job_ids))
     tracker = WaitProgress(len(ids))
+    since = time.time()  # a job that stalls after this ends a wait in mode any
     deadline = time.monotonic() + timeout_s
     delay = FIRST_DELAY_S
     while True:
-        infos = await anyio.to_thread.run_sync(wait_check, client, ids, mode, limiter=limiter)
+        infos, stalled = await anyio.to_thread.run_sync(
+            wait_check, client, ids, mode, since, limiter=limiter
+        )
         update = tracker.update(infos)
         if report is not None and update is not None:
             await report(*update)
         left = deadline - time.monotonic()
-        if wait_is_over(infos, mode) or left <= 0:
+        if wait_is_over(infos, mode) or stalled or left <= 0:
             break
         await anyio.sleep(min(delay, left))
         delay = min(delay * 1.5, MAX_DELAY_S)
     return await anyio.to_thread.run_sync(
-        wait_reply, client, infos, mode, metric, direction, group_by, limiter=limiter
+        wait_reply,
+        client,
+        infos,
+        mode,
+        metric,
+        direction,
+        group_by,
+        stalled or None,
+        limiter=limiter,
     )
 
 

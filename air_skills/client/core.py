@@ -329,14 +329,22 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
             done = [i.status.is_terminal() for i in infos]
             if (any and True in done) or all(done):
                 break
-            stalls = stalls_since(self.store, ids, since) if any else {}
-            if stalls:
-                infos = [
-                    i.model_copy(update={"message": say_stalled(i.message, stalls.get(i.job_id))})
-                    for i in infos
-                ]
+            infos, stalled = self.stalls(infos, since) if any else (infos, [])
+            if stalled:
                 break
         return infos  # ended, stalled, or the timeout passed
+
+    def stalls(self, infos: list[JobInfo], since: float) -> tuple[list[JobInfo], list[str]]:
+        """``infos``, each job that stalled after ``since`` (epoch s) told so in its message,
+        and the ids of those jobs (none: ``infos`` as they were)."""
+        found = stalls_since(self.store, [i.job_id for i in infos], since)
+        if not found:
+            return infos, []
+        told = [
+            i.model_copy(update={"message": say_stalled(i.message, found.get(i.job_id))})
+            for i in infos
+        ]
+        return told, list(found)
 
     # --- cancelling ----------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from pydantic import Field
 from air_skills.client import Client
 from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
 from air_skills.gpu.hardware import hardware_class, not_comparable
+from air_skills.runtime.supervision.stall import note as stall_note
 from air_skills.status import JobStatus
 from mcp_server.schemas import (
     CompareReply,
@@ -66,10 +67,8 @@ def launch_job(
     workdir: Annotated[
         str | None, Field(max_length=4096, description="default: the server's folder")
     ] = None,
-    config: Annotated[
-        dict[str, Any] | None, Field(description="the job's config, as JSON in $AIR_CONFIG_FILE")
-    ] = None,
-    gpus: Annotated[int, Field(ge=0, le=1024, description="GPUs the job needs (per node)")] = 0,
+    config: Annotated[dict[str, Any] | None, Field(description="JSON in $AIR_CONFIG_FILE")] = None,
+    gpus: Annotated[int, Field(ge=0, le=1024, description="GPUs per node")] = 0,
     procs: Annotated[
         int | Literal["gpu"],
         Field(description="processes per node, a torchrun gang (gpu: one per GPU)"),
@@ -80,9 +79,13 @@ def launch_job(
     timeout_min: Annotated[float | None, Field(gt=0, description="time limit, minutes")] = None,
     max_retries: Annotated[int, Field(ge=0, le=100, description="retries after a failure")] = 0,
     stall_timeout_min: Annotated[float | None, Field(ge=0, description="idle min; 0: off")] = None,
+    on_stall: Annotated[
+        Literal["fail", "retry", "notify"] | None,
+        Field(description="default: retry a collective wait once, else fail"),
+    ] = None,
     env: Annotated[
         dict[str, Annotated[str, Field(max_length=100_000)]] | None,
-        Field(description="extra environment variables"),
+        Field(description="environment variables"),
     ] = None,
     experiment: Annotated[
         str | None, Field(max_length=500, description="MLflow experiment")
@@ -93,17 +96,17 @@ def launch_job(
         Field(
             min_length=1,
             max_length=200,
-            description="a retry with the same key and spec: the first job",
+            description="same key and spec again: the first job",
         ),
     ] = None,
     track: Annotated[bool, Field(description="create an MLflow run")] = True,
     code: Annotated[
         Literal["snapshot", "live"],
-        Field(description="snapshot: a private copy of the code as it is now; live: workdir"),
+        Field(description="snapshot: a copy of the code now; live: workdir"),
     ] = "snapshot",
     patch: Annotated[
         str | None,
-        Field(max_length=4_000_000, description="a git diff applied to the job's snapshot only"),
+        Field(max_length=4_000_000, description="a git diff applied to its snapshot"),
     ] = None,
     image: Annotated[
         str | None, Field(max_length=255, description="container image (podman/docker)")
@@ -116,7 +119,7 @@ def launch_job(
         bool, Field(description="check spec, executable, script; launch nothing")
     ] = False,
     allow_duplicate: Annotated[
-        bool | None, Field(description="run even if the same experiment ran or runs")
+        bool | None, Field(description="run even if the same ran or runs")
     ] = None,
 ) -> JobReply:
     """Launch a training job (queued; starts when its GPUs are free). dry_run=true first: it
@@ -140,6 +143,7 @@ def launch_job(
         "timeout_min": timeout_min,
         "max_retries": max_retries,
         "stall_timeout_min": stall_timeout_min,
+        "on_stall": on_stall,
         "env": env,
         "experiment": experiment,
         "tags": tags,
@@ -229,6 +233,7 @@ def list_jobs(
                 failure_kind=j.failure_kind,
                 score=to_score(scores.get(j.job_id)),
                 launched_by=j.launched_by if several else None,
+                stalled=stall_note(j.message),
             )
             for j in page.items
         ],
@@ -280,13 +285,13 @@ def compare_jobs(
     ] = None,
     at_step: Annotated[
         int | None,
-        Field(ge=0, description="also each job's value at this step (or the last before it)"),
+        Field(ge=0, description="also each job's value at this step (or the last before)"),
     ] = None,
     direction: Direction = "minimize",
     group_by: GroupBy = None,
 ) -> CompareReply:
-    """Compare jobs: config and command diff against the first job, a metric's latest and
-    best, and with at_step its value at equal steps (to cancel a loser early)."""
+    """Compare jobs: config and command diff against the first, a metric's latest and best;
+    with at_step, its value at equal steps (to cancel a loser early)."""
     try:
         rows = client.compare(list(job_ids), metric=metric, at_step=at_step, direction=direction)
     except NotFound as exc:

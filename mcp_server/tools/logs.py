@@ -37,7 +37,7 @@ def get_logs(
     ] = 50,
     offset: Annotated[
         int | None,
-        Field(ge=0, description="read from this byte offset instead (next_offset of a reply)"),
+        Field(ge=0, description="read from this byte (a reply's next_offset)"),
     ] = None,
     max_bytes: Annotated[
         int, Field(ge=100, le=MAX_LOG_REPLY_BYTES, description="most bytes of log to return")

@@ -86,7 +86,7 @@ def start_study(
     ] = None,
     study: Annotated[
         dict[str, Any] | None,
-        Field(description="the study inline, with the keys of a study file (instead of a file)"),
+        Field(description="the study inline: a study file's keys"),
     ] = None,
     study_dir: Annotated[
         str | None,

@@ -61,12 +61,25 @@ def wait_is_over(infos: list[JobInfo], mode: str) -> bool:
     return any(ended) if mode == "any" else all(ended)
 
 
-def wait_check(client: Client, ids: list[str], mode: str) -> list[JobInfo]:
-    """One look at the jobs (no waiting): their infos; an unknown id is refused."""
+def wait_check(
+    client: Client, ids: list[str], mode: str, since: float | None = None
+) -> tuple[list[JobInfo], list[str]]:
+    """One look at the jobs (no waiting): their infos, and (mode any) the ids of those that
+    stalled after ``since`` (epoch s); an unknown id is refused."""
     try:
-        return client.wait(ids, timeout_s=0, any=(mode == "any"))
+        infos = client.wait(ids, timeout_s=0, any=(mode == "any"))
     except NotFound as exc:
         raise job_not_found(exc) from None
+    return stalled_of(client, infos, mode, since)
+
+
+def stalled_of(
+    client: Client, infos: list[JobInfo], mode: str, since: float | None
+) -> tuple[list[JobInfo], list[str]]:
+    """``infos`` (a job that stalled after ``since`` told so) and the stalled jobs' ids."""
+    if mode != "any" or since is None or wait_is_over(infos, mode):
+        return infos, []
+    return client.stalls(infos, since)
 
 
 def wait_reply(
@@ -76,6 +89,7 @@ def wait_reply(
     metric: str | None = None,
     direction: str = "minimize",
     group_by: str | None = None,
+    stalled: list[str] | None = None,
 ) -> WaitReply:
     """The jobs' replies (with the metric's latest and best per job, when one is asked); with
     ``group_by``, seed groups, and only the jobs that did not succeed (the groups hold those)."""
@@ -94,7 +108,10 @@ def wait_reply(
     if metric:  # a round's leaderboard: what the agent launched with and get_job gives in full
         # (config, log path, code snapshot) is not repeated for every job: the round < 4 KB
         jobs = [j.model_copy(update=dict.fromkeys(LEADERBOARD_DROPS)) for j in jobs]
-    return WaitReply(done=done, timed_out=not done, jobs=jobs, metric=metric, groups=groups)
+    over = done or bool(stalled)  # a stall ends a wait in mode any: not a timeout
+    return WaitReply(
+        done=done, timed_out=not over, jobs=jobs, metric=metric, groups=groups, stalled=stalled
+    )
 
 
 def wait_for_jobs(
@@ -113,8 +130,8 @@ def wait_for_jobs(
     on_progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
 ) -> WaitReply:
-    """Wait until any (or all) jobs end, up to timeout_s (timed_out=true: call again); with
-    metric, each job's latest and best value: wait, then decide, in one call."""
+    """Wait until any (or all) jobs end, or one stalls, up to timeout_s (timed_out=true: call
+    again); with metric, each job's latest and best value: wait, then decide, in one call."""
     # (on_progress gets (ended, total, message) when a status changes, and every few seconds;
     # setting `stop` ends the wait with WaitAborted: the caller went away. The MCP server runs
     # the async twin in mcp_server.waiting instead, which holds no thread while it waits.)
@@ -130,8 +147,10 @@ def wait_for_jobs(
         if update is not None:
             on_progress(*update)
 
+    since = time.time()
     try:
         infos = client.wait(ids, timeout_s=timeout_s, any=(mode == "any"), on_progress=progress)
     except NotFound as exc:
         raise job_not_found(exc) from None
-    return wait_reply(client, infos, mode, metric, direction, group_by)
+    infos, stalled = stalled_of(client, infos, mode, since)
+    return wait_reply(client, infos, mode, metric, direction, group_by, stalled or None)

@@ -390,6 +390,21 @@ def stalls_since(store: Any, job_ids: list[str], since: float) -> dict[str, str]
     return {r["job_id"]: r["message"] for r in rows}
 
 
+# Where the "stalled N min: ..." part of a message ends (see outcome, notify_message, say_stalled).
+_WHAT_ENDS = (f" ({MARK}", " (a rank waits", " (on_stall: retry", f"; {MARK})")
+
+
+def note(message: str, limit: int = 80) -> str | None:
+    """``stalled 31 min: rank 1 in all_reduce (dist.py:123); ...`` from a job's message, cut
+    to ``limit`` characters; None when the message says no stall."""
+    if MARK not in message or (start := message.find("stalled ")) < 0:
+        return None
+    text = message[start:]
+    ends = [i for i in (text.find(e) for e in _WHAT_ENDS) if i > 0]
+    text = text[: min(ends)] if ends else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def say_stalled(message: str, what: str | None) -> str:
     """A job's message, told that it stalled (once: a message that says so is kept)."""
     if not what or "stalled" in message:
