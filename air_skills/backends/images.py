@@ -41,7 +41,7 @@ def attach_image(
     if image is None:
         return
     try:
-        container.mounts(Path(job.jdir), tracking_uri)
+        container.mounts(Path(job.jdir), home=str(rt.home))  # the store: relayed, not mounted
     except InvalidInput:
         discard_prepared(rt, job)
         raise

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,6 +220,8 @@ def run_argv(
     env_values: dict[str, str],
     gpus: list[int],
     host_network: bool,
+    hidden: Iterable[str] = (),
+    code_read_only: bool = False,
 ) -> list[str]:
     """``<engine> run`` for the job: argv, never a shell.
 
@@ -230,9 +233,14 @@ def run_argv(
     argv += ["--workdir", workdir if code else "/"]
     argv += user_args(job.engine)
     if code:
-        argv += ["--volume", Mount(code, WORKDIR).arg()]
+        argv += ["--volume", Mount(code, WORKDIR, read_only=code_read_only).arg()]
     for m in mounts:
         argv += ["--volume", m.arg()]
+    # AIR_HOME where a mount above it would show it: an empty read-only tmpfs (podman would
+    # copy the folder's files into it by default: notmpcopyup).
+    empty = ":notmpcopyup,ro" if job.engine.endswith("podman") else ":ro"
+    for path in hidden:
+        argv += ["--tmpfs", path + empty]
     if host_network:
         argv += ["--network", "host"]
     argv += gpu_args(job.engine, gpus)
@@ -244,36 +252,58 @@ def run_argv(
     return argv
 
 
-def mounts(jdir: Path, tracking_uri: str | None, data: list[str] | None = None) -> list[Mount]:
+def mounts(
+    jdir: Path,
+    data: list[str] | None = None,
+    writable: Iterable[str] = (),
+    home: str | None = None,
+    kept: Iterable[str | os.PathLike[str]] = (),
+) -> list[Mount]:
     """What a container job sees besides its code, each at its own path on the host: the job
-    folder (config, checkpoints, rank logs), each data input read-only (the links in
-    ``$AIR_DATA_DIR`` then resolve inside), and a file-based MLflow store's folder.
+    folder (config, checkpoints, rank logs, its own MLflow store: metric_relay.py forwards it),
+    each data input read-only (the links in ``$AIR_DATA_DIR`` then resolve inside) and each
+    ``writable`` folder. Never AIR_HOME beyond the job's folder: not air.db, the code store,
+    other jobs or the shared MLflow store (a data input inside AIR_HOME is not mounted).
 
     ``data``: the inputs' real paths as checked against the roots at start (launch_env); only
-    those are mounted, never what the links in the job's folder point at now."""
+    those are mounted, never what the links in the job's folder point at now. ``kept``: files
+    in its folder that air reads back (its launch environment...): read-only over it."""
     out = [Mount(os.fspath(jdir), os.fspath(jdir))]
+    for path in kept:
+        if os.path.isfile(path) and not os.path.islink(path):
+            out.append(Mount(os.fspath(path), os.fspath(path), read_only=True))
     if data is None:
         folder = jdir / "data"
         links = sorted(folder.iterdir()) if folder.is_dir() else []
         data = [os.path.realpath(link) for link in links]
+    home_real = os.path.realpath(home) if home else None
     for real in data:
-        out.append(Mount(real, real, read_only=True))
-    store = _store_folder(tracking_uri)
-    if store is not None and not any(m.target == store for m in out):
-        out.append(Mount(store, store))
+        if home_real is None or not _inside(real, home_real):
+            out.append(Mount(real, real, read_only=True))
+    for path in writable:
+        real = os.path.realpath(path)
+        if home_real is None or not (_inside(real, home_real) or _inside(home_real, real)):
+            out.append(Mount(real, real))
     check_mounts(out)
     return out
 
 
-def _store_folder(uri: str | None) -> str | None:
-    """The folder of a file-based tracking store (sqlite or plain files); None for a server."""
-    if not uri:
-        return None
-    if uri.startswith("sqlite:///"):
-        return os.path.dirname("/" + uri.removeprefix("sqlite:///").lstrip("/"))
-    if uri.startswith("file://"):
-        return uri.removeprefix("file://")
-    return uri if "://" not in uri else None
+def hidden_home(sources: list[tuple[str, str]], home: str | None) -> list[str]:
+    """Where AIR_HOME would show inside the container through a mount of a folder above it
+    (``(source, target)`` pairs: a live job's tree, a data root): each gets an empty tmpfs."""
+    if not home:
+        return []
+    home_real = os.path.realpath(home)
+    out = []
+    for source, target in sources:
+        real = os.path.realpath(source)
+        if _inside(home_real, real):
+            out.append(os.path.normpath(target + home_real[len(real) :]))
+    return list(dict.fromkeys(out))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def job_argv(
@@ -287,11 +317,17 @@ def job_argv(
     gpus: list[int],
     passed: list[str],
     data: list[str] | None = None,
+    writable: Iterable[str] = (),
+    home: str | None = None,
+    kept: Iterable[str | os.PathLike[str]] = (),
 ) -> list[str]:
-    """The job's command as ``<engine> run``: its code at WORKDIR, its folder, data and
-    tracking store mounted, its environment contract (AIR_*, MLflow, ``passed``) and GPUs."""
+    """The job's command as ``<engine> run``: its code at WORKDIR (a live job's tree read-only,
+    as in bwrap's sandbox), its folder, data and writable folders mounted (``mounts``), its
+    environment contract (AIR_*, MLflow, ``passed``) and GPUs."""
     code, sub = _code_root(jdir, cwd)
     uri = env.get("MLFLOW_TRACKING_URI")
+    found = mounts(jdir, data, writable, home, kept)
+    own_view = code is not None and _inside(os.path.realpath(code), os.path.realpath(jdir))
     names = [
         k
         for k in env
@@ -306,11 +342,15 @@ def job_argv(
         command,
         code=code,
         code_sub=sub,
-        mounts=mounts(jdir, uri, data),
+        mounts=found,
         env_names=names,
         env_values=values,
         gpus=gpus,
         host_network=bool(uri and uri.startswith(("http://", "https://"))),
+        hidden=hidden_home(
+            [(m.source, m.target) for m in found] + ([(code, WORKDIR)] if code else []), home
+        ),
+        code_read_only=code is not None and not own_view,
     )
 
 

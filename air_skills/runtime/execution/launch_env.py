@@ -182,8 +182,9 @@ def command_launch(
         )
         env["MLFLOW_RUN_ID"] = row.run_id
         env["MLFLOW_EXPERIMENT_ID"] = row.experiment_id or ""
-        if sandboxed and metric_relay.relayed(env["MLFLOW_TRACKING_URI"]):
-            # A store of its own: its supervisor forwards each metric to the run (relay).
+        if (sandboxed or spec.get("image")) and metric_relay.relayed(env["MLFLOW_TRACKING_URI"]):
+            # A store of its own: its supervisor forwards each metric to the run (relay). A
+            # container's too, whatever its sandbox: the shared store is never mounted in it.
             env.update(metric_relay.prepare(jdir, row.run_id, row.experiment_id or "0"))
     # Data inputs: resolved and checked against the roots again now, the paths bound below.
     data = _data_at_start(jdir, spec, launched) if spec.get("data") else []
@@ -240,7 +241,18 @@ def command_launch(
         passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]
         passed += [*gang.gang_env(), "CUDA_DEVICE_ORDER"]
         argv = container.job_argv(
-            image, job_id, argv, jdir=jdir, cwd=cwd, env=env, gpus=gpus, passed=passed, data=data
+            image,
+            job_id,
+            argv,
+            jdir=jdir,
+            cwd=cwd,
+            env=env,
+            gpus=gpus,
+            passed=passed,
+            data=data,
+            writable=spec.get("writable") or (),
+            home=os.fspath(home),
+            kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
         )
         cwd = os.fspath(jdir)
         env.update(image.engine_env)  # air's engine settings (engine_config.py), if any
