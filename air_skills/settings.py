@@ -203,8 +203,9 @@ _TABLE = (
     ),
     Setting(
         "AIR_SLURM_SHARED_DIR", "path", None,
-        "a folder every Slurm node mounts; on a cluster of more than this host, AIR_HOME must"
-        " be under it (the nodes read the job folders and code snapshots there)",
+        "a folder every Slurm node mounts; on a cluster of more than this host, AIR_HOME lies"
+        " under it, or each job runs from a copy there (air-jobs/<job>) and its output is"
+        " fetched back into the job folder",
         default_text="none: only a cluster of this host alone",
     ),
     Setting(
