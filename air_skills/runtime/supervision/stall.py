@@ -255,6 +255,33 @@ class StallWatch:
                     ages[int(rank)] = min(ages.get(int(rank), 1e18), time.time() - mtime)
         return ", ".join(f"rank {r} {a:.0f} s ago" for r, a in sorted(ages.items()))
 
+    # --- between processes (the Ray backend's watch lives from one reconcile to the next) ----
+
+    _KEPT = ("started", "last_progress", "max_gap_s", "next_deep", "next_check", "notified")
+
+    def state(self) -> dict[str, Any]:
+        """What the watch knows, as JSON (its clock must be wall time: see ``watch(now=)``)."""
+        kept = {k: getattr(self, k) for k in self._KEPT}
+        return {
+            **kept,
+            "log_size": self._log_size,
+            "phases": self._phase_mtimes,
+            "steps": self._steps,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (of ``state()``); a state that does not read is ignored whole."""
+        try:
+            kept = {k: type(getattr(self, k))(state[k]) for k in self._KEPT}
+            size = int(state["log_size"])
+            phases = tuple(float(t) for t in state["phases"])
+            steps = {str(k): int(v) for k, v in state["steps"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return
+        for k, v in kept.items():
+            setattr(self, k, v)
+        self._log_size, self._phase_mtimes, self._steps = size, phases, steps
+
     def finish(self, now: float | None = None) -> None:
         """Keep the attempt's longest quiet gap in progress.json (for ``stall: auto``)."""
         now = time.monotonic() if now is None else now
@@ -268,9 +295,15 @@ class StallWatch:
 
 
 def watch(
-    home: Path, jdir: Path, row: Any, spec: dict[str, Any], gpus: list[int]
+    home: Path,
+    jdir: Path,
+    row: Any,
+    spec: dict[str, Any],
+    gpus: list[int],
+    now: float | None = None,
 ) -> StallWatch | None:
-    """The stall watch of a started attempt (None: stall detection is off for it)."""
+    """The stall watch of a started attempt (None: stall detection is off for it); its clock
+    starts at ``now`` (default: monotonic now)."""
     launched = read_launch_env(jdir)
     budget = timeout_s(spec, launched)
     if budget is None or not row.log_path:
@@ -288,6 +321,7 @@ def watch(
         metrics_db=db,
         run_id=row.run_id,
         gpus=gpus,
+        now=now,
         started_wall=row.started_at,
     )
 

@@ -3,6 +3,7 @@ outcome policy, and a job folder that holds traps (a FIFO, a link) for the super
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -129,3 +130,40 @@ def test_timeout_from_spec_then_launch_environment_then_default() -> None:
     assert stall.timeout_s({}, {stall.NAME: "2"}) == 120
     assert stall.timeout_s({}, {stall.NAME: "0"}) is None
     assert stall.timeout_s({}, {stall.NAME: "nope"}) == 1800
+
+
+def test_each_outcome_message_gives_its_stall_note_and_others_none() -> None:
+    user = Stall(1860, 1800, "pid 7 in t.py:3 f()", False, "/j/stacks.txt")
+    coll = Stall(1860, 1800, "rank 1 in all_reduce (d.py:9)", True, "/j/stacks.txt")
+    messages = [
+        stall.outcome(user, row(), {}).message,
+        stall.outcome(coll, row(), {}).message,
+        stall.outcome(coll, row(infra_retries=1), {}).message,
+        stall.outcome(user, row(), {"on_stall": "retry"}).message,
+        stall.notify_message(coll),
+    ]
+    notes = [stall.note(m) for m in messages]
+    assert notes[0] == "stalled 31 min: pid 7 in t.py:3 f()"
+    assert notes[1] == notes[2] == "stalled 31 min: rank 1 in all_reduce (d.py:9)"
+    assert notes[3] == notes[0] and notes[4] == notes[1]
+    told = stall.say_stalled("RUNNING on GPUs [0]", user.what())
+    assert stall.note(told) == notes[0]
+    assert stall.note("FAILED: exited 1", 80) is None
+    assert stall.note("RUNNING: moving again after a stall") is None
+    assert stall.note(messages[0], 20) == "stalled 31 min: p..."
+
+
+def test_the_watch_goes_on_from_its_saved_state(tmp_path: Path) -> None:
+    """The Ray backend keeps a watch between reconciles as JSON: the clock goes on from it."""
+    first = watch(tmp_path)
+    (tmp_path / "job.log").write_text("step 1\n")
+    assert first.check(9.0, list) is None and first.last_progress == 9.0
+    second = StallWatch(tmp_path, str(tmp_path / "job.log"), 10, now=0.0)
+    second.restore(json.loads(json.dumps(first.state())))
+    assert second.last_progress == 9.0 and second.check(12.0, list) is None  # no new output
+    assert second.last_progress == 9.0
+    found = second.check(25.0, list)  # 16 s quiet since the output first seen: past 10 s
+    assert found is not None and found.silent_s == 16.0
+    third = StallWatch(tmp_path, str(tmp_path / "job.log"), 10, now=0.0)
+    third.restore({**first.state(), "steps": "not a dict"})  # a state that does not read is ignored
+    assert third.last_progress == 0.0
