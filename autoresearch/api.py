@@ -326,6 +326,11 @@ def _code_base(study: Study, state: StudyState) -> Any:
     home = default_home()
     if state.code_base is not None:
         return CodeBase(home, state.code_base)
+    if study.base_job:  # the base job's code (its snapshot and patch), not the tree
+        from air_skills.client import Client
+        from autoresearch.code.code_base import base_job_code
+
+        return CodeBase.take(home, study, base_job_code(Client(), study.base_job))
     return CodeBase.take(home, check_runnable(study))
 
 

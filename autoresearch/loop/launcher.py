@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError, InvalidSpec
-from autoresearch.code.code_base import CodeBase
+from autoresearch.code.code_base import CodeBase, base_job_code
 from autoresearch.code.code_check import chain_of
 from autoresearch.journal.journal import StudyState, Trial
 from autoresearch.loop.evaluator_boot import end_stray
@@ -57,7 +57,8 @@ class TrialLauncher:
         if self.state.code_base is not None:
             self.code = CodeBase(self._home(), self.state.code_base)
             return
-        self.code = CodeBase.take(self._home(), self.study)
+        job = base_job_code(self.client, self.study.base_job) if self.study.base_job else None
+        self.code = CodeBase.take(self._home(), self.study, job)
         self.emit("code_base", **self.code.record)
         rec = self.code.record
         self.log(

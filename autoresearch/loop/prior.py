@@ -56,15 +56,10 @@ _UNSET = object()
 
 def with_base_job(study: Any, client: Any) -> Any:
     """The study with its ``base_job``'s config under its own base_config (its keys win):
-    the job's code (snapshot and patch) is what every trial runs (``Client.launch_on``)."""
+    the job's code (snapshot and patch) is what every trial runs (``Client.launch_on``); a
+    code section's patches apply on top of it (code/code_base.py)."""
     if not study.base_job:
         return study
-    if study.code is not None:
-        raise InvalidInput(
-            "base_job and a code section together are not supported yet",
-            hint="drop code: (trials then run base_job's code with config changes), or commit"
-            " the job's patch and start the code study from that tree",
-        )
     info = client.get(study.base_job)  # NotFound names the id, with where ids come from
     config = client.store.row(info.job_id).spec_dict().get("config") or {}
     return study.model_copy(

@@ -45,11 +45,11 @@ def export_study(
 
         home = default_home()
     base = CodeBase(home, state.code_base)
-    overrides = base.apply_chain(chain_of(state.trials, number))
+    overrides, patch = base.over_snapshot(chain_of(state.trials, number))
     overrides[CONFIG_FILE] = (json.dumps(t.config, indent=2, sort_keys=True) + "\n").encode()
     record = {**state.code_base, "source": state.code_base.get("mode")}
     code = JobCode(home, f"{study.name}-t{number}", base.digest, base.manifest, record,
-                   base.composed(chain_of(state.trials, number)), overrides)  # fmt: skip
+                   patch, overrides)  # fmt: skip
     value = t.confirmed["mean"] if t.confirmed and t.confirmed.get("n") else t.value
     message = (
         f"autoresearch: study {study.name}, trial {number}: {study.objective.metric} = {value:.6g}"
