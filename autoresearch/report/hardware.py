@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 from air_skills.gpu.hardware import gpu_class, not_comparable
 from autoresearch.journal.journal import Trial, TrialStatus
+
+
+_class_of = functools.lru_cache(maxsize=512)(gpu_class)  # a study has a few names, many trials
 
 
 def trial_class(t: Trial) -> str:
     """ "H100 80GB", "2x A10G", "CPU"; "" before its launch."""
     if t.gpu_type:
-        classes = sorted({gpu_class(name) for name in t.gpu_type.split(",") if name.strip()})
+        classes = sorted({_class_of(name) for name in t.gpu_type.split(",") if name.strip()})
         return (f"{t.gpus}x " if t.gpus > 1 else "") + " + ".join(classes)
     return "CPU" if t.job_id else ""
 

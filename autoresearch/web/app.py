@@ -17,12 +17,13 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from air_skills.errors import AirError, InvalidState, NotFound, render_json
 from autoresearch.web.data import StudyIndex
+from autoresearch.web.events import study_events
 from autoresearch.web.page import page_html
 
 COOKIE = "air_study_token"
@@ -125,7 +126,9 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
 
     def page(request: Request) -> Response:
         # a study's page carries its view: the first paint needs no second request
-        got = index.view_json(request.path_params["key"]) if "key" in request.path_params else None
+        # (its live part may be a few seconds old: the event stream brings the rest at once)
+        key = request.path_params.get("key")
+        got = index.view_json(key, clock_ok=True) if key else None
         initial = got[1].decode() if got else None
         return HTMLResponse(page_html({"mode": "live", "canStop": can_stop}, initial=initial))
 
@@ -145,6 +148,14 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
             return Response(status_code=304, headers={"etag": etag})
         headers = {"etag": etag, "cache-control": "no-cache"}
         return Response(got[1], headers=headers, media_type="application/json")
+
+    def events(request: Request) -> Response:
+        key = request.path_params["key"]
+        if index.folder_of(key) is None:
+            return _error(_missing(key), 404)
+        stream = study_events(index, key, request.query_params.get("version"))
+        headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+        return StreamingResponse(stream, headers=headers, media_type="text/event-stream")
 
     def patch(request: Request) -> Response:
         key, n = request.path_params["key"], request.path_params["n"]
@@ -188,6 +199,7 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
         Route("/studies/{key}", page),
         Route("/api/studies", studies),
         Route("/api/studies/{key}", study),
+        Route("/api/studies/{key}/events", events),
         Route("/api/studies/{key}/trials/{n:int}/patch", patch),
         Route("/api/studies/{key}/stop", stop, methods=["POST"]),
     ]

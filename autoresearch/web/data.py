@@ -17,18 +17,19 @@ from typing import Any
 
 from air_skills.errors import AirError
 from autoresearch.code.code_check import chain_of
-from autoresearch.journal.journal import JOURNAL, StudyState, Trial, TrialStatus
+from autoresearch.journal.journal import JOURNAL, StudyState, Trial
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
 from autoresearch.report.hardware import hardware_note, trial_class
 from autoresearch.report.report import best_so_far, load_state
 from autoresearch.report.summary import _decision, summarize
 from autoresearch.study.folder import loop_alive
 from autoresearch.study.study import STUDIES_DIR, Study
+from autoresearch.web.live import LIVE_KEYS, diff_text, duration_s, live_part
 
 LIVE_CURVE_TTL_S = 1.0
-# A study with running trials changes with the clock (durations, GPU-hours): its view is made
-# again at most this often; one with none is made again only when its journal changes.
-VIEW_TTL_S = 0.5
+# While trials run, the live part (curves, durations, dollars) is made again at most this
+# often; the rest of the view only when the journal (or the loop holding it) changes.
+LIVE_TTL_S = 1.0
 MAX_RATIONALE = 300
 
 
@@ -59,19 +60,6 @@ def default_roots() -> list[Path]:
     return roots
 
 
-def _duration_s(t: Trial, now: float) -> float | None:
-    if t.started_at is None:
-        return None
-    end = t.ended_at if t.ended_at is not None else (None if t.job_done else now)
-    return None if end is None else round(max(0.0, end - t.started_at), 2)
-
-
-def _diff_text(diff: dict[str, Any]) -> str:
-    return ", ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in diff.items()
-    )
-
-
 def trial_row(
     t: Trial, now: float, mlflow: str | None, experiment_id: str | None, pricing: Pricing
 ) -> dict[str, Any]:
@@ -88,13 +76,13 @@ def trial_row(
         "source": t.source,
         "status": t.status.value,
         "diff": t.diff,
-        "diff_text": _diff_text(t.diff) or "(base)",
+        "diff_text": diff_text(t.diff) or "(base)",
         "value": t.value,
         "std": confirmed.get("std"),
         "seeds": confirmed.get("n"),
         "decision": word or None,
         "reason": reason or None,
-        "duration_s": _duration_s(t, now),
+        "duration_s": duration_s(t, now),
         "usd": cost["usd"],
         "gpu_hours": cost["gpu_hours"],
         "llm_usd": cost["llm_usd"],
@@ -119,6 +107,37 @@ class _Parsed:
 
 
 @dataclass
+class ViewParts:
+    """A study's view in two parts: ``static`` (made once per journal change) and ``live``
+    (LIVE_KEYS, made again while trials run); ``body`` is the whole view's JSON."""
+
+    stamp: tuple
+    static_version: str
+    static_body: bytes
+    budget: dict[str, Any]  # as the journal has it: the live part brings its uses up to date
+    metric: str
+    ticking: bool  # trials run or the loop lives: the live part changes with the clock
+    live_at: float = 0.0
+    live_body: bytes = b"{}"
+    version: str = ""
+    body: bytes = b"{}"
+
+    def with_live(self, live: dict[str, Any]) -> ViewParts:
+        live_body = json.dumps(live, default=str, separators=(",", ":")).encode()
+        version = hashlib.sha1(self.static_version.encode() + live_body).hexdigest()[:16]
+        body = b"".join(
+            (b'{"version":"', version.encode(), b'",', self.static_body[1:-1], b",",
+             live_body[1:])
+        )  # fmt: skip
+        return ViewParts(**{**self.__dict__, "live_at": time.monotonic(),
+                            "live_body": live_body, "version": version, "body": body})  # fmt: skip
+
+    def live_event(self) -> bytes:
+        """The live part with the whole view's version: what a page needs when only it moved."""
+        return b'{"version":"' + self.version.encode() + b'",' + self.live_body[1:]
+
+
+@dataclass
 class StudyIndex:
     """The studies under some roots, each parsed once per change of its journal."""
 
@@ -129,7 +148,8 @@ class StudyIndex:
     _curves: dict[str, tuple[float, list]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _client: Any = None
-    _views: dict[Path, tuple[tuple, float, bool, str, bytes]] = field(default_factory=dict)
+    _views: dict[Path, ViewParts] = field(default_factory=dict)
+    _build: threading.Lock = field(default_factory=threading.Lock)  # one build at a time
 
     def folders(self) -> dict[str, Path]:
         """{key: folder}: the key is the study's name (its folder's name when two share one)."""
@@ -196,33 +216,39 @@ class StudyIndex:
         study, state = self.load(folder)
         return study_view(key, folder, study, state, self)
 
-    def view_json(self, key: str) -> tuple[str, bytes] | None:
-        """(version, JSON bytes) of one study's view, made again only when it may differ."""
+    def view_json(self, key: str, clock_ok: bool = False) -> tuple[str, bytes] | None:
+        """(version, JSON bytes) of one study's view (``clock_ok``: a live part up to a few
+        seconds old will do, as for a page whose event stream brings the rest)."""
+        parts = self.view_parts(key, clock_ok)
+        return None if parts is None else (parts.version, parts.body)
+
+    def view_parts(self, key: str, clock_ok: bool = False) -> ViewParts | None:
+        """One study's view, its static part made again only when its journal or loop changed,
+        its live part at most once a LIVE_TTL_S while trials run (None: no such study)."""
         folder = self.folder_of(key)
         if folder is None:
             return None
         st = os.stat(folder / JOURNAL)
         alive = loop_alive(folder)
         stamp = (key, st.st_size, st.st_mtime_ns, alive.get("pid") if alive else None)
-        now = time.monotonic()
         cached = self._views.get(folder)
-        if (
-            cached is not None
-            and cached[0] == stamp
-            and (not cached[2] or now - cached[1] < VIEW_TTL_S)
-        ):
-            return cached[3], cached[4]
-        study, state = self.load(folder)
-        view = study_view(key, folder, study, state, self)
-        version, body = view_bytes(view)
-        self._views[folder] = (
-            stamp,
-            now,
-            bool(view["running"]) or alive is not None,
-            version,
-            body,
-        )
-        return version, body
+        if cached is not None and cached.stamp == stamp:
+            if clock_ok or not cached.ticking or time.monotonic() - cached.live_at < LIVE_TTL_S:
+                return cached
+        with self._build:
+            cached = self._views.get(folder)  # another thread may have made it meanwhile
+            fresh = cached is not None and cached.stamp == stamp
+            if fresh and time.monotonic() - cached.live_at < LIVE_TTL_S:  # type: ignore[union-attr]
+                return cached
+            study, state = self.load(folder)
+            if not fresh:
+                cached = static_parts(key, folder, study, state, stamp, self.mlflow_url)
+            assert cached is not None
+            live = live_part(state, cached.budget, cached.metric, alive is not None, self)
+            parts = cached.with_live(live)
+            parts.ticking = bool(live["running"]) or alive is not None
+            self._views[folder] = parts
+            return parts
 
     def patch(self, key: str, trial: int) -> dict[str, Any] | None:
         folder = self.folder_of(key)
@@ -278,37 +304,21 @@ class StudyIndex:
         ]
 
 
-def study_view(
-    key: str, folder: Path, study: Study, state: StudyState, index: StudyIndex | None = None
+def static_view(
+    key: str, folder: Path, study: Study, state: StudyState, mlflow: str | None = None
 ) -> dict[str, Any]:
-    """Everything the study page shows (``index``: None reads nothing live, for a file)."""
+    """Everything the study page shows that changes only with the journal (LIVE_KEYS too, as
+    of now: the live part replaces them)."""
     now = time.time()
     summary = summarize(folder, study, state)
     trials = state.ordered()
-    mlflow = index.mlflow_url if index else None
     pricing = Pricing()
     rows = [trial_row(t, now, mlflow, state.experiment_id, pricing) for t in trials]
-    metric = study.objective.step_metric or study.objective.metric
-    running = []
-    for t in trials:
-        if t.status != TrialStatus.RUNNING:
-            continue
-        curve = index.live_curve(t.job_id, metric) if index and t.job_id else []
-        running.append(
-            {
-                "n": t.number,
-                "job_id": t.job_id,
-                "diff_text": _diff_text(t.diff) or "(base)",
-                "curve": curve or t.curve,
-                "duration_s": _duration_s(t, now),
-            }
-        )
     best = summary["best"]
     winning = ""
     if best is not None and state.code_base is not None:
         winning = "\n".join(chain_of(state.trials, best["trial"]))
-    active = {t.job_id for t in trials if t.job_id and not t.job_done}
-    view = {
+    return {
         "key": key,
         "name": study.name,
         "study_dir": str(folder),
@@ -321,9 +331,7 @@ def study_view(
         "best_so_far": best_so_far(study, state),
         "noise": {"floor": state.noise_floor, "std": state.noise_std},
         "budget": summary["budget"],
-        "cost": summary["cost"],
         "trials": rows,
-        "running": running,
         "lineage": [
             {
                 "n": r["n"],
@@ -337,18 +345,35 @@ def study_view(
             if r["code"]
         ],
         "winning_patch": winning,
-        "gpus": index.gpus_in_use(active) if index else [],
         "hardware_note": hardware_note(trials),
         "warnings": summary["warnings"],
         "last_error": summary["last_error"],
+        "metric": study.objective.step_metric or study.objective.metric,
     }
-    view["version"] = view_bytes(view)[0]
-    return view
 
 
-def view_bytes(view: dict[str, Any]) -> tuple[str, bytes]:
-    """(version, JSON): the version is a digest of the rest, written as the first key."""
-    rest = {k: v for k, v in view.items() if k != "version"}
-    body = json.dumps(rest, default=str, separators=(",", ":")).encode()
-    version = hashlib.sha1(body).hexdigest()[:16]
-    return version, b'{"version":"' + version.encode() + b'",' + body[1:]
+def static_parts(
+    key: str, folder: Path, study: Study, state: StudyState, stamp: tuple, mlflow: str | None
+) -> ViewParts:
+    view = static_view(key, folder, study, state, mlflow)
+    budget = view["budget"]
+    static = {k: v for k, v in view.items() if k not in LIVE_KEYS}
+    body = json.dumps(static, default=str, separators=(",", ":")).encode()
+    return ViewParts(
+        stamp=stamp,
+        static_version=hashlib.sha1(body).hexdigest()[:16],
+        static_body=body,
+        budget=budget,
+        metric=view["metric"],
+        ticking=True,
+    )
+
+
+def study_view(
+    key: str, folder: Path, study: Study, state: StudyState, index: StudyIndex | None = None
+) -> dict[str, Any]:
+    """Everything the study page shows (``index``: None reads nothing live, for a file)."""
+    parts = static_parts(key, folder, study, state, (), index.mlflow_url if index else None)
+    alive = loop_alive(folder) is not None
+    parts = parts.with_live(live_part(state, parts.budget, parts.metric, alive, index))
+    return json.loads(parts.body)

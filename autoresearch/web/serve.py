@@ -14,6 +14,7 @@ from autoresearch.web.data import StudyIndex, study_view
 from autoresearch.web.page import page_html
 
 HTML_REPORT = "report.html"
+SHUTDOWN_S = 2  # open event streams are cut after this on shutdown
 
 
 MCP_TOKEN_FILE = "mcp-token"  # air-mcp's generated token in AIR_HOME (mcp_server/auth.py)
@@ -70,7 +71,9 @@ def serve(
     if token:
         announce(f"token: {source} (open the page with ?token=..., or send it as a bearer)")
     # access_log off: a ?token= query must never reach a log line
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    # an open event stream does not hold the server up on Ctrl-C for longer than that
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=SHUTDOWN_S)  # fmt: skip
 
 
 class BackgroundPage:
@@ -95,7 +98,9 @@ class BackgroundPage:
         else:
             raise InvalidInput(f"ports {port}-{port + tries - 1} are all taken",
                                hint="free one, or pass another port")  # fmt: skip
-        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, timeout_graceful_shutdown=SHUTDOWN_S
+        )
         self.server = uvicorn.Server(config)
         self.url = f"http://127.0.0.1:{candidate}/"
         self._thread = threading.Thread(

@@ -71,11 +71,11 @@
     }
     for (const t of pts) {
       const c = t.status === "PRUNED" ? "#ea580c" : t.source === "baseline" || t.source === "noise" ? "#6b7280" : t.decision === "keep" ? "#16a34a" : "#2563eb";
-      s += `<circle class=pt data-n=${t.n} cx=${X(t.n)} cy=${Y(t.value)} r=${v.trials.length > 300 ? 2 : 3.5} fill="${c}"><title>trial ${t.n}: ${num(t.value)} ${esc(t.diff_text)}</title></circle>`;
+      s += `<circle class=pt data-n=${t.n} cx=${X(t.n)} cy=${Y(t.value)} r=${v.trials.length > 300 ? 2 : 3.5} fill="${c}"/>`;
     }
     for (const t of v.trials.filter((t) => t.status === "FAILED"))
       s += `<path d="M${X(t.n) - 4},${H - B}L${X(t.n) + 4},${H - B}L${X(t.n)},${H - B - 7}Z" fill="#dc2626"><title>trial ${t.n} failed</title></path>`;
-    return s + "</svg><div class=muted>dots: trials (green: kept, grey: baseline runs, orange: pruned, red: failed) · line: best so far · band: noise floor</div>";
+    return s + "</svg><div id=charttip class=muted>&nbsp;</div><div class=muted>dots: trials (green: kept, grey: baseline runs, orange: pruned, red: failed) · line: best so far · band: noise floor</div>";
   }
 
   function spark(curve) {
@@ -123,6 +123,11 @@
         pending = true;
         requestAnimationFrame(() => { pending = false; ui.scrollTop = document.querySelector(".table-wrap").scrollTop; drawWindow(); });
       }
+    });
+    document.getElementById("chartbox").addEventListener("mouseover", (e) => {
+      const n = e.target.dataset && e.target.dataset.n, tip = document.getElementById("charttip");
+      const t = n != null && current.trials.find((x) => x.n === +n);
+      if (t && tip) tip.textContent = `trial ${t.n}: ${num(t.value)} ${t.diff_text}`;
     });
     document.querySelector("#trials tbody").addEventListener("click", (e) => {
       const tr = e.target.closest("tr.trial"); if (!tr || e.target.tagName === "A") return;
@@ -211,13 +216,35 @@
     ui.scrollTop = wrap ? wrap.scrollTop : 0; // before any change: the layout is still clean
     if (!document.getElementById("cards")) skeleton(v);
     current = v;
-    const best = v.best;
     document.title = `${v.name} · ${v.state}`;
     document.getElementById("title").innerHTML = `${esc(v.name)} <span class="badge ${esc(v.state)}">${esc(v.state)}${v.stop_reason ? ": " + esc(v.stop_reason) : ""}</span>` +
       (AIR.canStop && v.state === "running" ? ` <button class=danger id=stop>stop study</button>` : "");
     const stop = document.getElementById("stop");
     if (stop) stop.onclick = stopStudy;
-    const c = v.cost, b = v.budget;
+    const notes = [v.hardware_note, ...(v.warnings || []), v.last_error && `[${v.last_error.code}] ${v.last_error.message}`].filter(Boolean);
+    document.getElementById("notes").innerHTML = notes.map((x) => `<div class=note>${esc(x)}</div>`).join("");
+    document.getElementById("chartbox").innerHTML = chart(v); // drawn once per journal change
+    renderLive(v, false);
+    renderTable(v);
+    renderLineage(v);
+    window.AIR_RENDERED = { version: v.version, at_ms: performance.now() }; // for bench/study_page.py
+    if (!window.AIR_FIRST_DRAWN) { // the first draw, and the frame after it: the rows are on the screen
+      window.AIR_FIRST_DRAWN = { at_ms: performance.now() };
+      requestAnimationFrame(() => setTimeout(() => { window.AIR_PAINTED = { at_ms: performance.now() }; }));
+    }
+  }
+
+  // The parts that move while trials run (the "live" event): cards, budget, GPUs, running
+  // trials, and the running rows' duration and cost. The chart is not drawn again.
+  function renderLive(v, rows) {
+    const c = v.cost, b = v.budget, best = v.best;
+    if (rows) {
+      const byN = new Map(v.running.map((r) => [r.n, r]));
+      for (const t of current.trials) {
+        const r = byN.get(t.n);
+        if (r) { t.duration_s = r.duration_s; t.usd = r.usd; t.gpu_hours = r.gpu_hours; }
+      }
+    }
     const done = v.trials.filter((t) => ["SUCCEEDED", "FAILED", "PRUNED", "CANCELLED"].includes(t.status)).length;
     document.getElementById("cards").innerHTML = [
       ["trials done / budget", `${done} / ${b.trials.limit}`],
@@ -226,9 +253,6 @@
       ["cost so far", `${usd(c.usd)} <span class=muted>GPU ${usd(c.gpu_usd)} · LLM ${usd(c.llm_usd)}</span>`],
       ["per kept improvement", c.usd_per_improvement != null ? `${usd(c.usd_per_improvement)} <span class=muted>${c.kept_improvements} kept</span>` : "—"],
     ].map(([k, x]) => `<div class=card><div class=k>${k}</div><div class=v>${x}</div></div>`).join("");
-    const notes = [v.hardware_note, ...(v.warnings || []), v.last_error && `[${v.last_error.code}] ${v.last_error.message}`].filter(Boolean);
-    document.getElementById("notes").innerHTML = notes.map((x) => `<div class=note>${esc(x)}</div>`).join("");
-    document.getElementById("chartbox").innerHTML = chart(v);
     const lim = [["trials", b.trials.used, b.trials.limit, ""], ["wall time", b.wall_time_min.used, b.wall_time_min.limit, " min"],
       ["GPU-hours", b.gpu_hours.used, b.gpu_hours.limit, ""], ["LLM dollars", b.llm_usd.used, b.llm_usd.limit, ""]];
     document.getElementById("budget").innerHTML = lim.map(([k, u, l, unit]) => {
@@ -237,9 +261,7 @@
     }).join("");
     document.getElementById("gpus").innerHTML = v.gpus.length ? v.gpus.map((g) => `<div>GPU ${g.index} ${esc(g.name)}: ${g.jobs.map(esc).join(", ")}</div>`).join("") : `<span class=muted>none</span>`;
     document.getElementById("running").innerHTML = v.running.length ? v.running.map((r) => `<div class=spark data-n=${r.n}><div>trial ${r.n} <span class=muted>${esc(r.diff_text)} · ${dur(r.duration_s)}</span></div>${spark(r.curve)}</div>`).join("") : `<span class=muted>none running</span>`;
-    renderTable(v);
-    renderLineage(v);
-    window.AIR_RENDERED = { version: v.version, at_ms: performance.now() }; // for bench/study_page.py
+    if (rows) drawWindow();
   }
 
   function renderLineage(v) {
@@ -259,30 +281,66 @@
     if (!confirm(`Stop study ${current.name} and cancel its running trials?`)) return;
     const r = await fetch(`/api/studies/${encodeURIComponent(current.key)}/stop`, { method: "POST", credentials: "same-origin" });
     if (!r.ok) alert(await r.text());
-    tick();
   }
 
-  // --- live updates: short polling; a view whose version did not change is not redrawn ------
-  async function tick() {
-    try {
-      const key = studyKey();
-      if (AIR.mode === "file") {
-        key ? renderStudy(AIR.inline.study) : renderList(AIR.inline.studies || []);
-        return;
-      }
-      if (key) {
-        const block = document.getElementById("air-initial");
-        const first = block ? JSON.parse(block.textContent) : null;
-        if (block) block.remove();
-        const v = first && first.key === key ? first : await getJSON(`/api/studies/${encodeURIComponent(key)}`);
-        if (v.version !== ui.version) { ui.version = v.version; renderStudy(v); }
-      } else {
-        renderList((await getJSON("/api/studies")).studies);
-      }
-    } catch (e) {
-      if (!current) app.innerHTML = `<p class=note>${esc(e.message)}</p>`;
-    }
-    if (AIR.mode === "live") setTimeout(tick, POLL_MS);
+  // --- live updates: server-sent events ("view": the journal changed, "live": running trials
+  // moved); if the stream cannot be had, short polling, and the stream is tried again later.
+  const live = (window.AIR_LIVE = { mode: null, events: 0, polls: 0 });
+  let stream = null;
+
+  function showView(v) {
+    if (v.version === ui.version) return;
+    ui.version = v.version; renderStudy(v);
   }
-  tick();
+
+  function listen(key) {
+    const url = `/api/studies/${encodeURIComponent(key)}/events?version=${encodeURIComponent(ui.version || "")}`;
+    stream = new EventSource(url, { withCredentials: true });
+    live.mode = "sse";
+    stream.addEventListener("view", (e) => { live.events++; showView(JSON.parse(e.data)); });
+    stream.addEventListener("live", (e) => {
+      live.events++;
+      const p = JSON.parse(e.data);
+      if (!current || ui.version === p.version) return;
+      ui.version = p.version;
+      Object.assign(current, p);
+      renderLive(current, true);
+      window.AIR_RENDERED = { version: p.version, at_ms: performance.now() };
+    });
+    let failures = 0; // in a row: the browser reconnects by itself, unless it was refused
+    stream.onopen = () => { failures = 0; };
+    stream.onerror = () => {
+      if (stream.readyState !== EventSource.CLOSED && ++failures < 3) return;
+      stream.close(); stream = null; poll(key, 0);
+    };
+  }
+
+  async function poll(key, round) {
+    live.mode = "poll"; live.polls++;
+    try { showView(await getJSON(`/api/studies/${encodeURIComponent(key)}`)); }
+    catch (e) { if (!current) app.innerHTML = `<p class=note>${esc(e.message)}</p>`; }
+    if (round >= RETRY_STREAM_POLLS) listen(key); // try the stream again
+    else setTimeout(() => poll(key, round + 1), POLL_MS);
+  }
+  const RETRY_STREAM_POLLS = 15;
+
+  async function start() {
+    const key = studyKey();
+    if (AIR.mode === "file") {
+      key ? renderStudy(AIR.inline.study) : renderList(AIR.inline.studies || []);
+      return;
+    }
+    if (!key) {
+      try { renderList((await getJSON("/api/studies")).studies); }
+      catch (e) { app.innerHTML = `<p class=note>${esc(e.message)}</p>`; }
+      setTimeout(start, POLL_MS); // the list: short polling (it is small)
+      return;
+    }
+    const block = document.getElementById("air-initial");
+    const first = block ? JSON.parse(block.textContent) : null;
+    if (block) block.remove();
+    if (first && first.key === key) showView(first);
+    if (window.EventSource) listen(key); else poll(key, -Infinity);
+  }
+  start();
 })();

@@ -1,15 +1,18 @@
 """The study page in a real browser: Debian's chromium driven by Playwright (no browser download).
 
 Against a running study the page shows its trials and a trial that finishes appears without a
-reload; clicking a code trial shows its patch; a 1,000-trial study loads. Skipped, saying why,
+reload (by server-sent events; if the stream is refused, by polling); clicking a code trial
+shows its patch; a 1,000-trial study loads. Skipped, saying why,
 where chromium or Playwright is missing (``make install`` installs both).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,10 +85,27 @@ def test_a_running_study_shows_its_trials_and_a_finishing_trial_appears_without_
             page.wait_for_function(f"{done} > {first}", timeout=120_000)
             assert page.evaluate("window.__sameDocument") is True  # no reload happened
             assert page.inner_text("#trials tbody").count("SUCCEEDED") > first
+            # it came by the server's event stream, not by polling
+            live = page.evaluate("window.AIR_LIVE")
+            assert live["mode"] == "sse" and live["events"] > 0 and live["polls"] == 0, live
     finally:
         if loop.poll() is None:
             loop.send_signal(signal.SIGTERM)
         loop.wait(timeout=60)
+
+
+def test_without_its_event_stream_the_page_polls(page, tmp_path: Path) -> None:
+    folder = write_journal(tmp_path / "studies" / "quiet", 5, name="quiet")
+    with serving(tmp_path / "studies") as base:
+        page.route("**/events*", lambda route: route.abort())  # the stream refused on the way
+        page.goto(base + "/studies/quiet")
+        page.wait_for_selector("#trials tbody tr.trial")
+        page.wait_for_function("window.AIR_LIVE.mode === 'poll'")
+        before = page.evaluate("window.AIR_RENDERED.version")
+        with open(folder / "journal.jsonl", "a") as f:  # a warning line: the view changes
+            f.write(json.dumps({"event": "warning", "ts": time.time(), "message": "polled"}) + "\n")
+        page.wait_for_function(f"window.AIR_RENDERED.version !== {json.dumps(before)}")
+        assert page.evaluate("window.AIR_LIVE.polls") > 0
 
 
 def test_clicking_a_code_trial_shows_its_patch(page, tmp_path: Path) -> None:
