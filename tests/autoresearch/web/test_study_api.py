@@ -134,6 +134,37 @@ def test_report_html_is_one_file_with_the_data_inlined(studies: Path) -> None:
     assert "**Cost:** $" in report and "per kept improvement" in report
 
 
+def _next_event(stream) -> tuple[str, dict]:
+    """The next named event of a server-sent event stream: (name, its JSON data)."""
+    name = ""
+    for raw in stream:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: ") and name:
+            return name, json.loads(line[6:])
+    raise AssertionError("the event stream ended")
+
+
+def test_the_event_stream_sends_the_view_when_the_journal_changes(studies: Path) -> None:
+    import time
+    import urllib.request
+
+    with serving(studies) as base:
+        version = get_json(base + "/api/studies/alpha")[1]["version"]
+        url = f"{base}/api/studies/alpha/events?version={version}"
+        with urllib.request.urlopen(url, timeout=30) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            with open(studies / "a" / "journal.jsonl", "a") as f:  # nothing sent before this
+                line = {"event": "warning", "ts": time.time(), "message": "from the journal"}
+                f.write(json.dumps(line) + "\n")
+            name, view = _next_event(stream)
+        assert name == "view" and view["version"] != version
+        assert "from the journal" in view["warnings"]
+        assert view == get_json(base + "/api/studies/alpha")[1]  # the API's view, as sent
+        assert http(base + "/api/studies/nope/events")[0] == 404
+
+
 def test_the_demo_page_serves_from_a_thread_and_moves_to_a_free_port(studies: Path) -> None:
     from autoresearch.web.serve import BackgroundPage
 
