@@ -46,14 +46,14 @@ def test_each_node_fills_its_rank_the_first_node_and_the_port() -> None:
         "SLURM_JOB_ID": "123",
         "SLURM_NODEID": "2",
         "SLURM_JOB_NUM_NODES": "4",
-        "AIR_MASTER_ADDR": "gpu-a01",
+        "MASTER_ADDR": "gpu-a01",
     }
     values = runner.node_values(slurm_env)
     assert values == {
         "AIR_NODE_RANK": "2",
         "AIR_NUM_NODES": "4",
-        "AIR_MASTER_ADDR": "gpu-a01",
-        "AIR_MASTER_PORT": "20123",
+        "MASTER_ADDR": "gpu-a01",
+        "MASTER_PORT": "20123",
     }
     argv = ["torchrun", "--nnodes", steps.NUM_NODES, "--node-rank", steps.NODE_RANK]
     argv += ["--master-addr", steps.MASTER_ADDR, "--master-port", steps.MASTER_PORT, "{x}"]

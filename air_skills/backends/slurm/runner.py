@@ -36,14 +36,14 @@ def node_values(environ: dict[str, str]) -> dict[str, str]:
     return {
         "AIR_NODE_RANK": environ.get("SLURM_NODEID", "0"),
         "AIR_NUM_NODES": environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES", "1"),
-        "AIR_MASTER_ADDR": environ.get("AIR_MASTER_ADDR") or os.uname().nodename,
-        "AIR_MASTER_PORT": str(PORT_BASE + job % 20000),
+        "MASTER_ADDR": environ.get("MASTER_ADDR") or os.uname().nodename,
+        "MASTER_PORT": str(PORT_BASE + job % 20000),
     }
 
 
 def fill(argv: list[str], values: dict[str, str]) -> list[str]:
     """The argv with each ``{NAME}`` placeholder argument replaced by its value."""
-    return [values.get(a[1:-1], a) if a[:5] == "{AIR_" and a[-1:] == "}" else a for a in argv]
+    return [values.get(a[1:-1], a) if a[:1] == "{" and a[-1:] == "}" else a for a in argv]
 
 
 def _read_launch(jdir: Path) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from air_skills.runtime.execution.launch_env import CommandLaunch, thread_caps
 
 # Filled by the runner on each node (runner.py: PLACEHOLDERS).
 NODE_RANK, NUM_NODES = "{AIR_NODE_RANK}", "{AIR_NUM_NODES}"
-MASTER_ADDR, MASTER_PORT = "{AIR_MASTER_ADDR}", "{AIR_MASTER_PORT}"
+MASTER_ADDR, MASTER_PORT = "{MASTER_ADDR}", "{MASTER_PORT}"
 
 
 @functools.cache
@@ -96,8 +96,8 @@ def gang_script_lines(jdir: Path) -> list[str]:
     """The batch script's body for several nodes: one runner per node through srun."""
     runner = [sys.executable, "-m", "air_skills.backends.slurm.runner", os.fspath(jdir)]
     return [
-        'AIR_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "export AIR_MASTER_ADDR",
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_ADDR",
         # --export=ALL: steps would inherit sbatch's --export=NONE otherwise.
         "exec srun --export=ALL --ntasks-per-node=1 --kill-on-bad-exit=1 " + shlex.join(runner),
     ]
