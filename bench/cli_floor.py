@@ -1,5 +1,6 @@
 """The CLI's own floor: CPU seconds of a fresh `air ls --json` (and `air status --json`, `air
-launch --json --dry-run`) next to `python -c pass`, side by side in one run.
+launch --json --dry-run`, `air launch --json`: through the fast path and through the typer app)
+next to `python -c pass`, side by side in one run.
 
 CPU time (user + system of the child, from its rusage), not wall time: on a loaded machine
 wall time measures the neighbours; CPU time is what each call costs. Interleaved runs, the
@@ -60,6 +61,26 @@ def main() -> None:
                 "launch",
                 "--json",
                 "--dry-run",
+                "--",
+                "true",
+            ],
+            # a real launch each time (a job that runs `true`)
+            "air launch --json": [
+                str(BIN / "air"),
+                "launch",
+                "--json",
+                "--allow-duplicate",
+                "--",
+                "true",
+            ],
+            # the same launch through the typer app (the path before cli/fast_launch.py)
+            "air launch --json (typer)": [
+                sys.executable,
+                "-c",
+                "from air_skills.cli.app import main; main()",
+                "launch",
+                "--json",
+                "--allow-duplicate",
                 "--",
                 "true",
             ],

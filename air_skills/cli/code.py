@@ -11,36 +11,10 @@ from typing import Any, Optional
 
 import typer
 
-from air_skills.cli.launch_spec import parse_value, split_sets
+from air_skills.cli.launch_spec import parse_value, read_patch, split_sets
 from air_skills.cli.output import JsonOpt, client, emit_json, handle_errors, info_line, out, say
-from air_skills.errors import InvalidInput, InvalidSpec
 
 code_app = typer.Typer(help="A job's code snapshot: export it.", no_args_is_help=True)
-
-MAX_PATCH_BYTES = 4 << 20  # a patch of code is far smaller; this bounds what a mistake reads
-
-
-def read_patch(source: str) -> str:
-    """The text of ``--patch``: a file, or stdin for ``-`` (at most MAX_PATCH_BYTES)."""
-    if source == "-":
-        text = sys.stdin.read(MAX_PATCH_BYTES + 1)
-        if len(text) > MAX_PATCH_BYTES:
-            raise InvalidInput("the patch on stdin is over 4 MiB", hint="give a smaller patch")
-        return text
-    path = Path(source)
-    if not path.is_file():
-        raise InvalidInput(f"--patch {source}: no such file", hint="give a unified diff file")
-    with open(path, "rb") as f:
-        data = f.read(MAX_PATCH_BYTES + 1)
-    if len(data) > MAX_PATCH_BYTES:
-        raise InvalidInput(f"{path} is over 4 MiB", hint="a patch of code is far smaller")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidSpec(
-            f"patch refused, nothing was launched: {path} is not UTF-8 text (binary?)",
-            hint="make the patch with `git diff` from the tree's root (relative paths, text files)",
-        ) from None
 
 
 def code_line(code: Any) -> str:

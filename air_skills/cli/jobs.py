@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
@@ -12,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperCommand
 
-from air_skills.cli.code import code_line, read_patch
-from air_skills.cli.launch_spec import parse_value, spec_from_args, split_sets
+from air_skills.cli.code import code_line
+from air_skills.cli.launch_spec import launch_spec, parse_value, split_sets
 from air_skills.cli.output import (
     JsonOpt,
     check_range,
@@ -134,45 +133,10 @@ def launch(
     as_json: bool = JsonOpt,
 ) -> None:
     """Launch a job: `air launch --gpus 1 -- python train.py --lr 3e-4`."""
-    before = list(args or [])
     command = list(ctx.args)  # what followed `--` (LaunchCommand)
-    spec_file: Optional[Path] = None
-    if before:
-        if len(before) > 1 or not before[0].endswith((".yaml", ".yml", ".json")):
-            raise InvalidInput(
-                f"unexpected arguments {before!r}",
-                hint="put the command after `--`: air launch [SPEC.yaml] -- COMMAND ARGS",
-            )
-        spec_file = Path(before[0])
-    config = {k: parse_value(v) for k, v in split_sets(set_, "--set").items()}
-    options: dict[str, Any] = {
-        "name": name,
-        "gpus": gpus,
-        "procs": procs,
-        "nodes": nodes,
-        "priority": priority,
-        "experiment": experiment,
-        "timeout_min": timeout_min,
-        "max_retries": max_retries,
-        "stall_timeout_min": stall_timeout_min,
-        "on_stall": on_stall,
-        "idempotency_key": idempotency_key,
-        "backend": backend,
-        "project": project,
-        "preemptible": preemptible,
-        "data": [{"name": k, "path": v} for k, v in split_sets(data, "--data").items()],
-        "code": code,
-        "patch": read_patch(patch) if patch is not None else None,
-        "image": image,
-        "sandbox": sandbox,
-        "writable": writable,
-        "network": network,
-        "check_command": False if no_check_command else None,
-        "allow_duplicate": allow_duplicate,
-    }
-    spec = spec_from_args(spec_file, command, options)
-    if config:
-        spec["config"] = {**(spec.get("config") or {}), **config}
+    # the options by parameter name, as cli/fast_launch.py gives them too (a test checks)
+    given = {k: v for k, v in locals().items() if k not in ("ctx", "args", "command")}
+    spec = launch_spec(list(args or []), command, given)
     c = client()
     if seeds or grid:  # many jobs in one call: every one checked before any is queued
         from air_skills.batch import expand

@@ -1,7 +1,10 @@
-"""The spec `air launch` builds: a spec file (read safely), `--set` values, the options."""
+"""The spec `air launch` builds: a spec file (read safely), `--set` values, `--patch`, the
+options. Typer-free: the typer command (cli/jobs.py) and the fast path (cli/fast_launch.py)
+build it here, the same way."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -94,3 +97,66 @@ def split_sets(sets: list[str], what: str) -> dict[str, Any]:
     if problems:
         raise InvalidSpec("bad options:", problems=problems, hint=f"write {what} KEY=VALUE")
     return pairs
+
+
+MAX_PATCH_BYTES = 4 << 20  # a patch of code is far smaller; this bounds what a mistake reads
+
+
+def read_patch(source: str) -> str:
+    """The text of ``--patch``: a file, or stdin for ``-`` (at most MAX_PATCH_BYTES)."""
+    if source == "-":
+        text = sys.stdin.read(MAX_PATCH_BYTES + 1)
+        if len(text) > MAX_PATCH_BYTES:
+            raise InvalidInput("the patch on stdin is over 4 MiB", hint="give a smaller patch")
+        return text
+    path = Path(source)
+    if not path.is_file():
+        raise InvalidInput(f"--patch {source}: no such file", hint="give a unified diff file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_PATCH_BYTES + 1)
+    if len(data) > MAX_PATCH_BYTES:
+        raise InvalidInput(f"{path} is over 4 MiB", hint="a patch of code is far smaller")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidSpec(
+            f"patch refused, nothing was launched: {path} is not UTF-8 text (binary?)",
+            hint="make the patch with `git diff` from the tree's root (relative paths, text files)",
+        ) from None
+
+
+def launch_spec(args: list[str], command: list[str], given: dict[str, Any]) -> dict[str, Any]:
+    """The spec of `air launch`: ``args`` (before `--`: a spec file, or nothing), the
+    ``command`` after `--`, and ``given``: the options by parameter name, as typer gives
+    them (``set_``, ``data`` and ``writable`` lists; unset ones None or missing)."""
+    spec_file: Optional[Path] = None
+    if args:
+        if len(args) > 1 or not args[0].endswith((".yaml", ".yml", ".json")):
+            raise InvalidInput(
+                f"unexpected arguments {args!r}",
+                hint="put the command after `--`: air launch [SPEC.yaml] -- COMMAND ARGS",
+            )
+        spec_file = Path(args[0])
+    config = {k: parse_value(v) for k, v in split_sets(given.get("set_") or [], "--set").items()}
+    data = split_sets(given.get("data") or [], "--data")
+    patch = given.get("patch")
+    options: dict[str, Any] = {key: given.get(key) for key in OPTIONS}
+    options.update(
+        data=[{"name": k, "path": v} for k, v in data.items()],
+        patch=read_patch(patch) if patch is not None else None,
+        writable=given.get("writable") or [],
+        check_command=False if given.get("no_check_command") else None,
+    )
+    spec = spec_from_args(spec_file, command, options)
+    if config:
+        spec["config"] = {**(spec.get("config") or {}), **config}
+    return spec
+
+
+# the spec fields `air launch`'s options set, in the order the spec takes them
+OPTIONS = (
+    "name", "gpus", "procs", "nodes", "priority", "experiment", "timeout_min", "max_retries",
+    "stall_timeout_min", "on_stall", "idempotency_key", "backend", "project", "preemptible",
+    "data", "code", "patch", "image", "sandbox", "writable", "network", "check_command",
+    "allow_duplicate",
+)  # fmt: skip

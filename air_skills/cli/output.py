@@ -8,7 +8,6 @@ vanish. It goes to rich as ``Text`` (``plain``) or printed with ``say``, markup 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import sys
@@ -23,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from air_skills import settings
+from air_skills.cli.basics import client, emit_json  # noqa: F401  (re-exported for the commands)
 from air_skills.errors import AirError, InvalidInput, StoreError, render_json, render_text
 
 out = Console(soft_wrap=True)
@@ -37,31 +37,6 @@ STATUS_STYLE = {
     "CANCELLED": "magenta",
     "TIMED_OUT": "red",
 }
-
-
-def client() -> Any:
-    """The Client, imported late: `air --help` and parsing errors stay fast."""
-    from air_skills.client import Client
-
-    client = Client()
-    # A launch keeps MLflow out of this short-lived process: it claims a spare run, or its
-    # supervisor makes the run (runtime/launch/launch_run.py).
-    client.runtime.make_runs_here = False
-    return client
-
-
-def _dump(obj: Any) -> Any:
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump(mode="json")
-    if isinstance(obj, list):
-        return [_dump(o) for o in obj]
-    if isinstance(obj, dict):
-        return {k: _dump(v) for k, v in obj.items()}
-    return obj
-
-
-def emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(_dump(obj), indent=1, default=str) + "\n")
 
 
 def check_range(option: str, value: float | None, least: float, most: float | None = None) -> None:

@@ -1,5 +1,6 @@
 """`air ls --json` and `air status --json` answered without typer, rich or pydantic
-(cli/fast.py): the same JSON as the typer commands, and what the fast path must not import."""
+(cli/fast.py), `air launch --json` without typer or rich (cli/fast_launch.py): the same JSON
+as the typer commands, and what the fast paths must not import."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from air_skills import Client, JobStatus
 from air_skills.backends.job_view import CODE_FIELDS, job_json
 from air_skills.cli.app import app
+from air_skills.cli.fast_launch import parse
 from air_skills.models import CodeInfo, JobInfo
 
 BIN = Path(sys.executable).parent
@@ -78,3 +82,93 @@ def test_the_fast_path_imports_neither_typer_nor_rich_nor_pydantic(air_home: Pat
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def _both(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """`air ARGS` through the fast path (a fresh `air` process) and through the typer app."""
+    fast = subprocess.run(
+        [str(BIN / "air"), *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+    return fast, CliRunner().invoke(app, list(args))
+
+
+def test_fast_launch_gives_the_typer_commands_json(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "t.py").write_text("print('hi')\n")
+    monkeypatch.chdir(work)  # the typer path snapshots the same folder
+    blocker = client.launch({"command": ["sleep", "60"], "gpus": 4, "track": False})
+    try:
+        # a success: a job queued behind the blocker; both paths then answer the retry
+        args = ["launch", "--gpus", "1", "--name", "q", "--set", "lr=0.1", "--no-network"]
+        args += ["--idempotency-key", "k-1", "--json", "--", sys.executable, "t.py"]
+        first = subprocess.run([str(BIN / "air"), *args], capture_output=True, text=True, cwd=work)
+        assert first.returncode == 0, first.stderr
+        job = json.loads(first.stdout)
+        assert job["status"] == "QUEUED" and job["name"] == "q"
+        fast, typer = _both(work, *args)
+        assert parse(args[1:]) is not None  # the fast path answers it, not typer
+        assert fast.returncode == typer.exit_code == 0
+        assert fast.stdout == typer.stdout and json.loads(fast.stdout)["job_id"] == job["job_id"]
+        assert client.store.row(job["job_id"]).spec_dict()["config"] == {"lr": 0.1}
+        # a dry run: the same reply but its creation time
+        dry = ["launch", "--dry-run", "--priority", "high", "--json", "--", sys.executable, "t.py"]
+        fast, typer = _both(work, *dry)
+        assert parse(dry[1:]) is not None
+        assert fast.returncode == typer.exit_code == 0
+        answers = [json.loads(fast.stdout), json.loads(typer.stdout)]
+        for a in answers:
+            assert a.pop("created_at") and a["job_id"] == "dry-run"
+        assert answers[0] == answers[1]
+        # bad input: the same error (code, message, Next), the same exit code
+        for bad in (
+            ["launch", "--priority", "urgent", "--json", "--", "true"],
+            ["launch", "--json", "--", "pyhton", "t.py"],
+            ["launch", "--json", "--set", "oops", "--", "true"],
+            ["launch", "--json", "--gpus", "9", "--", "true"],
+        ):
+            fast, typer = _both(work, *bad)
+            assert parse(bad[1:]) is not None
+            assert fast.stdout == typer.stdout and fast.returncode == typer.exit_code != 0, bad
+            assert json.loads(fast.stdout)["error"]["hint"]
+        # what the fast path leaves to typer: a usage error, in the same JSON
+        assert parse(["--json", "--gpus", "two", "--", "true"]) is None
+        fast = _fast("launch", "--json", "--gpus", "two", "--", "true")
+        assert fast.returncode == 2 and json.loads(fast.stdout)["error"]["code"] == "usage-error"
+        assert len(client.list(limit=100).items) == 2  # the blocker and the one queued job
+        assert client.get(blocker.job_id).status == JobStatus.RUNNING
+    finally:
+        client.cancel_all()
+
+
+def test_fast_launch_imports_neither_typer_nor_rich(air_home: Path, tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "from air_skills.cli.fast import answer\n"
+        "assert answer(['launch', '--json', '--dry-run', '--', 'true']) == 0\n"
+        "heavy = [m for m in ('typer', 'rich', 'mlflow') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr); sys.exit(1 if heavy else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_fast_launch_reads_every_option_of_the_typer_command_by_its_name() -> None:
+    """Each option of `air launch` is read by the fast path under its parameter name, or
+    left to typer (--watch, --seeds, --seed-key, --grid, --help): the two never drift."""
+    import typer.main
+
+    from air_skills.cli.fast_launch import FLAGS, LISTS, VALUES
+
+    command = typer.main.get_command(app).commands["launch"]  # type: ignore[attr-defined]
+    fast = {o: n for o, (n, _) in VALUES.items()} | LISTS | {o: n for o, (n, _) in FLAGS.items()}
+    left_to_typer = {"--watch", "--seeds", "--seed-key", "--grid", "--help"}
+    for param in command.params:
+        for opt in [*param.opts, *param.secondary_opts]:
+            if opt.startswith("--") and opt not in left_to_typer:
+                assert fast.get(opt) == param.name, opt
+    assert set(fast) <= {o for p in command.params for o in [*p.opts, *p.secondary_opts]}

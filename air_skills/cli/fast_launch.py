@@ -1,0 +1,117 @@
+"""`air launch ... --json` without typer or rich (issue 23): for agents that launch from a shell.
+
+It reads the options `air launch` takes (cli/jobs.py), builds the spec with the same code
+(cli/launch_spec.py) and launches through the same ``Client.launch(spec, dry_run, strict=True)``,
+so the validation, the errors (code, message, ``Next:``), the dry run's checks, idempotency and
+the JSON reply are the typer command's. Anything it does not read exactly as click would (an
+unknown option, ``--opt=value``, a value that starts with ``-``, a number click would refuse,
+``--watch``, ``--seeds``, ``--grid``, ``--help``) goes to the typer app, before anything is done.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+# option -> (parameter name, converter), as the typer command declares them
+VALUES: dict[str, tuple[str, Any]] = {
+    "--name": ("name", str),
+    "--gpus": ("gpus", int),
+    "--procs": ("procs", str),
+    "--nodes": ("nodes", int),
+    "--priority": ("priority", str),
+    "--experiment": ("experiment", str),
+    "--timeout-min": ("timeout_min", float),
+    "--max-retries": ("max_retries", int),
+    "--stall-timeout-min": ("stall_timeout_min", float),
+    "--on-stall": ("on_stall", str),
+    "--idempotency-key": ("idempotency_key", str),
+    "--backend": ("backend", str),
+    "--project": ("project", str),
+    "--code": ("code", str),
+    "--patch": ("patch", str),
+    "--image": ("image", str),
+    "--sandbox": ("sandbox", str),
+}
+LISTS = {"--set": "set_", "--data": "data", "--writable": "writable"}
+FLAGS: dict[str, tuple[str, bool]] = {
+    "--preemptible": ("preemptible", True),
+    "--not-preemptible": ("preemptible", False),
+    "--network": ("network", True),
+    "--no-network": ("network", False),
+    "--allow-duplicate": ("allow_duplicate", True),
+    "--no-duplicate": ("allow_duplicate", False),
+    "--dry-run": ("dry_run", True),
+    "--no-check-command": ("no_check_command", True),
+    "--json": ("as_json", True),
+}
+
+
+def parse(args: list[str]) -> tuple[list[str], list[str], dict[str, Any]] | None:
+    """(positional args, the command after `--`, the options by parameter name) of
+    ``launch ARGS`` with ``--json``; None: the typer app reads them."""
+    ours, command = list(args), []
+    if "--" in args:
+        cut = args.index("--")
+        ours, command = list(args[:cut]), list(args[cut + 1 :])
+    positional: list[str] = []
+    given: dict[str, Any] = {name: [] for name in LISTS.values()}
+    i = 0
+    while i < len(ours):
+        arg = ours[i]
+        if arg in FLAGS:
+            name, value = FLAGS[arg]
+            given[name] = value
+        elif arg in VALUES or arg in LISTS:
+            if i + 1 >= len(ours) or (ours[i + 1].startswith("-") and ours[i + 1] != "-"):
+                return None  # a missing value, or one click may read otherwise
+            text = ours[i + 1]
+            i += 1
+            if arg in LISTS:
+                given[LISTS[arg]].append(text)
+            else:
+                name, convert = VALUES[arg]
+                try:
+                    given[name] = convert(text)
+                except ValueError:
+                    return None  # click's usage error, in its words
+        elif arg.startswith("-"):
+            return None  # another option (--watch, --seeds, --help, --x=y): typer's
+        else:
+            positional.append(arg)
+        i += 1
+    if not given.get("as_json"):
+        return None
+    return positional, command, given
+
+
+def answer(args: list[str]) -> int | None:
+    """The exit code after launching ``args`` (what follows `air launch`) here; None: the
+    typer app answers them (nothing was done)."""
+    asked = parse(args)
+    if asked is None:
+        return None
+    from air_skills import settings
+    from air_skills.cli.basics import client, emit_json
+    from air_skills.cli.launch_spec import launch_spec
+    from air_skills.errors import AirError, StoreError, render_json
+
+    positional, command, given = asked
+    try:
+        try:  # as cli/output.py's handle_errors does it
+            settings.check_all()
+            spec = launch_spec(positional, command, given)
+            # strict: a command that would not start is an invalid-spec error (cli/jobs.py)
+            info = client().launch(spec, dry_run=bool(given.get("dry_run")), strict=True)
+        except (StoreError, OSError) as exc:
+            from air_skills.cli.output import disk_full  # rich: only on this failure
+
+            full = disk_full(exc)
+            if full is None:
+                raise
+            raise full from exc
+    except AirError as exc:
+        sys.stdout.write(render_json(exc) + "\n")
+        return exc.exit_code
+    emit_json(info)
+    return 0
