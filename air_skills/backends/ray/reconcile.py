@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from air_skills.backends.ray import gangs
+from air_skills.backends.ray import gangs, stall_watch
 from air_skills.backends.ray.cluster import ClusterView, cluster_view
 from air_skills.backends.ray.logs import sync_logs
 from air_skills.backends.ray.packaging import upload
@@ -30,6 +30,7 @@ from air_skills.runtime.results.outcomes import (
     classify,
 )
 from air_skills.runtime.store.records import JobRecord
+from air_skills.runtime.supervision import stall
 from air_skills.status import JobStatus
 
 # A record whose submission is not visible on Ray yet is left alone this long.
@@ -138,11 +139,16 @@ def _apply(
                 + (f" with {spec.gpus} GPU(s)" if spec.gpus else "")
                 + (f" on node {job.driver_node_id[:12]}" if job.driver_node_id else "")
             )
-            if row.stop_request:
+            if row.stop_request or (
+                row.message.startswith("RUNNING") and stall.MARK in row.message
+            ):
                 message = without_note(row.message)
             if row.message != message:
                 rt.store.set_message(job_id, message)
             _check_timeout(rt, ray, row, spec, sid)
+            found = stall_watch.look(rt, ray, reread(rt.store, job_id), spec.model_dump())
+            if found is not None:
+                return _stalled(rt, ray, reread(rt.store, job_id), spec, sid, found)
             return changed
         sync_logs(row, ray=ray, final=True)
         return settle_terminal(rt, ray, row, spec, job)
@@ -162,6 +168,17 @@ def _check_timeout(
     )
     with contextlib.suppress(Exception):
         ray.stop_job(sid)
+
+
+def _stalled(
+    rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, sid: str | None, found: Any
+) -> int:
+    """Stop the stalled attempt on Ray, then its outcome (by ``on_stall``): failed or retried."""
+    with contextlib.suppress(Exception):
+        ray.stop_job(sid)
+    with contextlib.suppress(Exception):
+        sync_logs(row, ray=ray, final=True)
+    return _record(rt, ray, row, spec, stall.outcome(found, row, spec.model_dump()))
 
 
 def settle_terminal(rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, job: Any) -> int:
