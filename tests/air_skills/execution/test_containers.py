@@ -76,7 +76,7 @@ def test_run_argv_on_a_simulated_pool(tmp_path: Path) -> None:
     )
     assert argv[:4] == ["podman", "run", "--name", "air-job-1"]
     assert argv[argv.index("--workdir") + 1] == container.WORKDIR
-    assert f"{tmp_path / 'code'}:{container.WORKDIR}" in argv
+    assert f"{tmp_path / 'code'}:{container.WORKDIR}:ro" in argv  # a live tree: read-only
     assert f"{jdir}:{jdir}" in argv
     assert argv.count("--device") == 2 and "nvidia.com/gpu=2" in argv
     assert "CUDA_VISIBLE_DEVICES=0,1" in argv
