@@ -199,6 +199,7 @@ class GpuList(_Reply):
     capacity: dict[str, dict[str, int]] | None = Field(
         default=None, description="cpu_slots and gpus: total, used, queued"
     )
+    notes: list[str] | None = None  # Slurm nodes excluded from retries: which, job, why, when
 
 
 class StudyReply(BaseModel):

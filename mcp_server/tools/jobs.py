@@ -327,6 +327,7 @@ def cancel_job(
 
 
 def list_gpus(client: Client) -> GpuList:
-    """This machine's GPUs (index, name, memory, health, cordon and why, the jobs on each) and
-    capacity: CPU slots and GPUs, total, used, queued."""
-    return GpuList(gpus=client.gpus(), capacity=client.capacity())
+    """This machine's GPUs (index, name, memory, health, cordon and why, the jobs on each),
+    capacity: CPU slots and GPUs, total, used, queued; notes: excluded Slurm nodes."""
+    notes = client.excluded_nodes()
+    return GpuList(gpus=client.gpus(), capacity=client.capacity(), notes=notes or None)

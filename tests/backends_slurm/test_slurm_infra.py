@@ -65,6 +65,9 @@ def test_an_nccl_signature_in_the_log_is_an_infra_retry_noted_in_air_gpus(
     (line,) = slurm_client.excluded_nodes()
     assert line.startswith(f"Slurm node {slurm.host} excluded from job {info.job_id}'s retries")
     assert "UTC: a collective timed out (NCCL watchdog)" in line
+    from mcp_server.tools import list_gpus
+
+    assert list_gpus(slurm_client).notes == [line]  # the MCP reply says it too
     shown = subprocess.run(
         [str(Path(PY).parent / "air"), "gpus"],
         env={**os.environ, "AIR_HOME": str(air_home), "COLUMNS": "300"},
