@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from air_skills.gpu.node_hardware import mlflow_tag, settle_from_log
 from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
@@ -82,6 +83,8 @@ def end_run(rt: LaunchContext, row: JobRecord, status: JobStatus, message: str) 
         message += f" (summary values not numeric, ignored: {', '.join(bad[:5])})"
     if not row.run_id:
         return message
+    settle_from_log(row.log_path)  # a Ray node's hardware line (Slurm's runner wrote the file)
+    mlflow_tag(rt.tracker, row.run_id, row.log_path)
     try:
         rt.tracker.finish_run(row.run_id, status.value, values)
     except Exception as exc:

@@ -121,8 +121,8 @@ def write_record(job_folder: Path, info: dict[str, Any]) -> None:
 
 
 def read_record(log_path: str | None) -> dict[str, Any] | None:
-    """The hardware record beside a job's log (its folder); None before its start, or for a
-    job elsewhere (Ray, Slurm)."""
+    """The hardware record beside a job's log (its folder); None before its start (a cluster
+    job's comes from its node: gpu/node_hardware.py)."""
     if not log_path:
         return None
     try:

@@ -83,6 +83,12 @@ def test_launch_status_logs_and_mlflow_metrics(ray_client: Any, workdir: Path) -
     assert run.info.status == "FINISHED"
     assert run.data.params["opt.name"] == "adam"
     assert run.data.tags["air.job_id"] == info.job_id
+    # what it ran on, as the node saw it (the fake GPUs have no model: counted only)
+    hardware = ray_client.get(info.job_id).hardware
+    assert hardware["backend"] == "ray" and hardware["gpu_count"] == 2, hardware
+    assert hardware["host"] and hardware["cpu"]
+    assert run.data.tags["air.hardware.backend"] == "ray"
+    assert run.data.tags["air.hardware.gpu_count"] == "2"
 
     listed = ray_client.list().items
     assert [(i.job_id, i.backend) for i in listed] == [(info.job_id, "ray")]

@@ -58,8 +58,13 @@ def test_a_job_runs_on_slurm_with_what_a_local_job_receives(slurm_client, tmp_pa
     assert "env SLURM_JOB_ID=None" not in log
     launch = Path(slurm_client.store.row(info.job_id).log_path).parent / "slurm-launch.json"
     assert launch.stat().st_mode & 0o077 == 0  # it holds the job's environment: owner-only
+    hardware = slurm_client.get(info.job_id).hardware  # what the node says it ran on
+    assert hardware["backend"] == "slurm" and hardware["gpu_count"] == 2, hardware
+    assert hardware["host"] and hardware["cpu"]
     if done.run_id:  # the summary block's value is on the job's MLflow run
-        assert slurm_client.tracker.client.get_run(done.run_id).data.metrics["final_score"] == 0.75
+        run = slurm_client.tracker.client.get_run(done.run_id)
+        assert run.data.metrics["final_score"] == 0.75
+        assert run.data.tags["air.hardware.backend"] == "slurm"
 
 
 def test_a_failing_command_is_failed_with_its_exit_code(slurm_client, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from air_skills.backends.ray.refs import job_lock, split_ref
 from air_skills.backends.ray.sdk import DEFAULT_ADDRESS, call, connect, env_address
 from air_skills.errors import BackendUnavailable
+from air_skills.gpu.node_hardware import settle_from_log
 from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
 
@@ -49,5 +50,6 @@ def sync_logs(row: JobRecord, ray: Any = None, final: bool = False) -> None:
             tmp = log.with_suffix(".tmp")
             tmp.write_bytes(want)
             tmp.replace(log)
+    settle_from_log(row.log_path)  # the node's hardware line, as hardware.json
     if not live:
         (log.parent / "ray-logs.done").touch()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +108,12 @@ def upload(ray: Any, dashboard: str, runtime_env: dict[str, Any]) -> None:
 
 def entrypoint(command: list[str]) -> str:
     """Ray runs the entrypoint with /bin/sh: write the config where AIR_CONFIG_FILE says,
-    then exec the argv, each argument quoted (never interpreted by the shell)."""
+    then exec the argv, each argument quoted (never interpreted by the shell). First the
+    node prints its hardware record as the log's first line (gpu/node_hardware.py; where this
+    Python with AIR Skills is on the node, else nothing: the job starts all the same)."""
+    hardware = f"{shlex.quote(sys.executable)} -m air_skills.gpu.node_hardware ray 2>/dev/null;"
     return (
-        'mkdir -p "$AIR_CHECKPOINT_DIR" "$AIR_DATA_DIR"'
+        hardware + ' mkdir -p "$AIR_CHECKPOINT_DIR" "$AIR_DATA_DIR"'
         ' && printf "%s" "$AIR_CONFIG_JSON" > "$AIR_CONFIG_FILE"'
         " && unset AIR_CONFIG_JSON && exec " + shlex.join(command)
     )

@@ -59,6 +59,17 @@ def _write_exit(jdir: Path, record: dict[str, Any], node: str = "0") -> None:
     os.replace(tmp, jdir / name)
 
 
+def _record_hardware(jdir: Path) -> None:
+    """hardware.json as a local job's (air_skills/gpu/node_hardware.py: imported only now,
+    while the command runs, so the runner starts on the standard library alone)."""
+    try:
+        from air_skills.gpu.node_hardware import record
+
+        record(jdir, "slurm")
+    except Exception:  # a record less: the job itself is not affected
+        pass
+
+
 def run(jdir: Path) -> int:
     launch = _read_launch(jdir)
     env = dict(launch["env"])
@@ -99,6 +110,8 @@ def run(jdir: Path) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, forward)
+    if node == "0":  # what it runs on, in the job's folder, once it has started
+        _record_hardware(jdir)
     code = proc.wait()
     record: dict[str, Any] = {"slurm_id": slurm_id, "ended_at": time.time()}
     if code < 0:
