@@ -32,7 +32,9 @@ def test_entrypoint_runs_the_argv_without_a_shell(tmp_path: Path) -> None:
         ["/bin/sh", "-c", RayBackend.entrypoint(argv)],
         cwd=tmp_path, env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    assert json.loads(out.stdout) == argv[3:]
+    first, *_, last = out.stdout.splitlines()
+    assert json.loads(last) == argv[3:]
+    assert first.startswith("[air] hardware {")  # the node's record, the log's first line
     assert not (tmp_path / "pwned").exists()
     config = json.loads((tmp_path / "job" / "config.json").read_text())
     assert config == {"lr": 0.1, "note": "100% $HOME 'quoted'"}
