@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
 
-if TYPE_CHECKING:
-    from autoresearch.web.data import StudyIndex
+
+class LiveSource(Protocol):
+    """What reads the runtime for the live part (data.StudyIndex)."""
+
+    def live_curve(self, job_id: str, metric: str) -> list: ...
+
+    def gpus_in_use(self, job_ids: set[str]) -> list[dict[str, Any]]: ...
+
 
 LIVE_KEYS = ("running", "gpus", "cost", "budget")  # the view's keys that this part fills
 
@@ -38,7 +44,7 @@ def live_part(
     budget: dict[str, Any],
     metric: str,
     alive: bool,
-    index: StudyIndex | None = None,
+    index: LiveSource | None = None,
 ) -> dict[str, Any]:
     """{running, gpus, cost, budget} now (``budget``: the view's, whose clock-bound uses are
     brought up to date; ``index``: None reads nothing live, for a file)."""
