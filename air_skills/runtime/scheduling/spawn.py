@@ -41,15 +41,21 @@ def prestart_launch(home: Path, row: JobRecord) -> Any:
     return command_launch(home, row, spec, gpus)
 
 
+# The supervisor's argument instead of a job id: start idle, waiting for a pass to hand it one.
+IDLE = "--idle"
+
+
 def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, int] | None:
     """Start the job's supervisor in its own session, detached (double fork: no zombie).
+    ``job_id`` IDLE: an idle supervisor, for a first job not launched yet (idle_ahead).
 
     With ``launch`` (a launch_env.CommandLaunch), the forked child starts the command first,
     a C-level fork/exec, and only then becomes the supervisor (exec keeps the pid, so the
     command stays its child): the job does not wait for a Python interpreter to boot.
     Returns (supervisor pid, command pid or 0 if it could not start) in that case.
     """
-    err_path = os.fspath(job_dir(home, job_id) / "supervisor.log")
+    folder = home if job_id == IDLE else job_dir(home, job_id)
+    err_path = os.fspath(folder / "supervisor.log")
     argv = [sys.executable, "-m", "air_skills.runtime.supervision.supervisor", job_id]
     env = {**os.environ, "AIR_HOME": os.fspath(home)}
     read_end, write_end = os.pipe() if launch is not None else (-1, -1)
@@ -108,3 +114,15 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
     except ValueError:  # the child died before it could say: reconcile settles the record
         return None
     return sup, job
+
+
+def idle_ahead(home: Path, store: Any) -> bool:
+    """Start an idle supervisor for this home when none waits (a long-lived launcher's
+    warm-up): the first launch then hands its job over, as every later one does, instead of
+    forking a supervisor inside the launch (issue 24: the first launch 4-7x the later ones).
+    It waits AIR_SUPERVISOR_LINGER_S, then exits. Whether one was started."""
+    (idle,) = store.read("SELECT count(*) FROM idle_supervisors", ())[0]
+    if idle:
+        return False
+    spawn_supervisor(home, IDLE)
+    return True

@@ -50,7 +50,7 @@ from air_skills.runtime.runs import job_run
 from air_skills.runtime.runs.job_run import RunWork
 from air_skills.runtime.runs.run_end import end_run
 from air_skills.runtime.scheduling import passes
-from air_skills.runtime.scheduling.spawn import prestart_launch
+from air_skills.runtime.scheduling.spawn import IDLE, prestart_launch
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision import gpu_checks, stall
@@ -463,7 +463,8 @@ class Supervisor:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``JOB_ID [--job-pid PID | --start-error TEXT]``; AIR_HOME names the home."""
+    """``JOB_ID [--job-pid PID | --start-error TEXT]``, or ``--idle`` (no job yet: wait for
+    a pass to hand one over); AIR_HOME names the home."""
     args = list(sys.argv[1:] if argv is None else argv)
     job_id = args.pop(0)
     options = dict(zip(args[::2], args[1::2], strict=True))
@@ -474,13 +475,19 @@ def main(argv: list[str] | None = None) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: _CHILD_EXITED.set())
     store = Store(home)
     try:
-        sup = Supervisor(
-            home,
-            job_id,
-            store,
-            job_pid=int(job_pid) if job_pid else None,
-            start_error=options.get("--start-error"),
-        )
+        if job_id == IDLE:  # started ahead of any job (spawn.idle_ahead): wait for one
+            first = wait_for_job(store)
+            if first is None:
+                return
+            sup = Supervisor(home, first.job_id, store, started=Started(first))
+        else:
+            sup = Supervisor(
+                home,
+                job_id,
+                store,
+                job_pid=int(job_pid) if job_pid else None,
+                start_error=options.get("--start-error"),
+            )
         while True:
             # The next job is one that this process's pass started, or one handed to it while
             # it waits: either way no interpreter boots for it.
