@@ -51,7 +51,7 @@
     if (y0 === y1) { y0 -= 1; y1 += 1; }
     const n = Math.max(1, ...v.trials.map((t) => t.n));
     const X = (x) => L + (x / n) * (W - L - R), Y = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
-    let s = `<svg id=chart viewBox="0 0 ${W} ${H}" width="100%" role=img aria-label="objective per trial">`;
+    let s = `<svg id=chart viewBox="0 0 ${W} ${H}" width="100%" role=img aria-label="objective per trial" data-x0=${L} data-x1=${W - R} data-w=${W} data-n=${n}>`;
     for (let i = 0; i <= 4; i++) {
       const y = y0 + (i / 4) * (y1 - y0);
       s += `<line x1=${L} x2=${W - R} y1=${Y(y)} y2=${Y(y)} stroke="#eee"/><text x=${L - 6} y=${Y(y) + 4} text-anchor=end>${num(y, 4)}</text>`;
@@ -69,12 +69,18 @@
       if (band > 0) s += `<path class=band d="${up}${down}Z" fill="#16a34a" fill-opacity=0.12 />`;
       s += `<path class=best d="${d}" fill=none stroke="#16a34a" stroke-width=2 />`;
     }
+    // the dots as one path per colour (a zero-length segment, round caps): 1,000 trials are
+    // a handful of elements to lay out and paint, not 1,000
+    const dots = {}, r = v.trials.length > 300 ? 2 : 3.5;
     for (const t of pts) {
       const c = t.status === "PRUNED" ? "#ea580c" : t.source === "baseline" || t.source === "noise" ? "#6b7280" : t.decision === "keep" ? "#16a34a" : "#2563eb";
-      s += `<circle class=pt data-n=${t.n} cx=${X(t.n)} cy=${Y(t.value)} r=${v.trials.length > 300 ? 2 : 3.5} fill="${c}"/>`;
+      (dots[c] ||= []).push(`M${X(t.n).toFixed(1)},${Y(t.value).toFixed(1)}h0`);
     }
-    for (const t of v.trials.filter((t) => t.status === "FAILED"))
-      s += `<path d="M${X(t.n) - 4},${H - B}L${X(t.n) + 4},${H - B}L${X(t.n)},${H - B - 7}Z" fill="#dc2626"><title>trial ${t.n} failed</title></path>`;
+    for (const [c, d] of Object.entries(dots))
+      s += `<path class=pts data-count=${d.length} d="${d.join("")}" stroke="${c}" stroke-width=${2 * r} stroke-linecap=round fill=none />`;
+    const failed = v.trials.filter((t) => t.status === "FAILED");
+    if (failed.length)
+      s += `<path class=failed data-count=${failed.length} d="${failed.map((t) => `M${X(t.n) - 4},${H - B}L${X(t.n) + 4},${H - B}L${X(t.n)},${H - B - 7}Z`).join("")}" fill="#dc2626" />`;
     return s + "</svg><div id=charttip class=muted>&nbsp;</div><div class=muted>dots: trials (green: kept, grey: baseline runs, orange: pruned, red: failed) · line: best so far · band: noise floor</div>";
   }
 
@@ -124,10 +130,14 @@
         requestAnimationFrame(() => { pending = false; ui.scrollTop = document.querySelector(".table-wrap").scrollTop; drawWindow(); });
       }
     });
-    document.getElementById("chartbox").addEventListener("mouseover", (e) => {
-      const n = e.target.dataset && e.target.dataset.n, tip = document.getElementById("charttip");
-      const t = n != null && current.trials.find((x) => x.n === +n);
-      if (t && tip) tip.textContent = `trial ${t.n}: ${num(t.value)} ${t.diff_text}`;
+    document.getElementById("chartbox").addEventListener("mousemove", (e) => {
+      const svg = e.target.closest && e.target.closest("svg#chart"), tip = document.getElementById("charttip");
+      if (!svg || !tip) return;
+      const d = svg.dataset, box = svg.getBoundingClientRect(); // the trial under the pointer
+      const x = ((e.clientX - box.left) * d.w) / box.width;
+      const n = Math.round(((x - d.x0) / (d.x1 - d.x0)) * d.n);
+      const t = current.trials.find((x) => x.n === n);
+      tip.textContent = t ? `trial ${t.n}: ${t.value == null ? t.status : num(t.value)} ${t.diff_text}` : "\u00a0";
     });
     document.querySelector("#trials tbody").addEventListener("click", (e) => {
       const tr = e.target.closest("tr.trial"); if (!tr || e.target.tagName === "A") return;

@@ -150,7 +150,11 @@ def test_a_study_of_a_thousand_trials_loads(page, tmp_path: Path) -> None:
         assert 10 < page.locator("#trials tbody tr.trial").count() < 200
         page.eval_on_selector(".table-wrap", "w => w.scrollTop = w.scrollHeight")
         page.wait_for_selector('#trials tr.trial[data-n="999"]')
-        assert page.locator("#chart circle.pt").count() > 900  # failed trials have no value
+        dots = page.eval_on_selector_all(
+            "#chart path.pts", "ps => ps.reduce((n, p) => n + +p.dataset.count, 0)"
+        )
+        failed = int(page.get_attribute("#chart path.failed", "data-count"))
+        assert dots > 900 and dots + failed == 1000  # a failed trial has no value: a mark
         assert page.locator("#chart path.best").count() == 1
         # how fast: bench/study_page.py (no timed assertions in tests)
 
