@@ -9,14 +9,24 @@ Rows, interleaved in one run on one scratch AIR_HOME:
   writes the shared sqlite store itself; sandboxed it writes its own store and its supervisor
   forwards the line (runtime/execution/metric_relay.py). Goal: visible within 2 s.
 
-    python bench/sandbox.py            # 20 launches each, 5 metric probes each
-    python bench/sandbox.py --n 50 --metric 10
+- cold launch: a fresh ``air launch SPEC.yaml`` process on a fresh AIR_HOME (no supervisor
+  waiting, nothing imported) -> the job's first instruction, sandbox off vs on; and on for a
+  user whose cache has not yet seen bwrap work (a fresh XDG_CACHE_HOME: the probe runs bwrap).
+  The rows above are warm: one long-lived ``Client`` with an idle supervisor waiting.
+
+    python bench/sandbox.py            # 20 launches each, 8 cold ones, 5 metric probes each
+    python bench/sandbox.py --n 50 --cold 15 --metric 10
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,7 +46,7 @@ while not os.path.exists(stop):
 """
 
 
-def _stamp(path: Path, deadline_s: float = 60.0) -> float:
+def _stamp(path: Path, deadline_s: float = 180.0) -> float:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         try:
@@ -64,6 +74,28 @@ def launch_once(client: object, home: Path, mode: str) -> float:
     first = _stamp(home / "jobs" / info.job_id / "checkpoints" / "t") - t0
     client.wait([info.job_id], timeout_s=60)  # type: ignore[attr-defined]
     return first
+
+
+def cold_once(mode: str, fresh_cache: bool) -> float:
+    """A fresh `air launch` process on a fresh AIR_HOME: launch -> the job's first instruction."""
+    root = Path(tempfile.mkdtemp(prefix="air-bench-cold-"))
+    home = root / "air_home"
+    spec = root / "job.yaml"
+    command = json.dumps([sys.executable, "-S", "-c", FIRST])
+    spec.write_text(f"command: {command}\ntrack: false\ncode: live\nsandbox: '{mode}'\n")
+    env = {**os.environ, "AIR_HOME": str(home), "AIR_SUPERVISOR_LINGER_S": "0.5"}
+    if fresh_cache:
+        env["XDG_CACHE_HOME"] = str(root / "cache")
+    air = str(Path(sys.executable).parent / "air")
+    try:
+        t0 = time.time()
+        done = subprocess.run([air, "launch", str(spec), "--json"], env=env, capture_output=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"air launch failed: {done.stdout!r} {done.stderr!r}")
+        job_id = json.loads(done.stdout)["job_id"]
+        return _stamp(home / "jobs" / job_id / "checkpoints" / "t") - t0
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def metric_once(client: object, home: Path, mode: str) -> float:
@@ -95,6 +127,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20, help="launches per mode")
     parser.add_argument("--metric", type=int, default=5, help="metric probes per mode")
+    parser.add_argument("--cold", type=int, default=8, help="cold launches per mode")
     args = parser.parse_args()
     from air_skills import Client
     from air_skills.runtime.execution import sandbox
@@ -110,6 +143,10 @@ def main() -> None:
         for _ in range(args.n):
             for mode in ("off", "on"):
                 launch[mode].append(launch_once(client, home, mode))
+        cold: dict[str, list[float]] = {"off": [], "on": [], "on, bwrap not yet probed": []}
+        for _ in range(args.cold):
+            for row in cold:
+                cold[row].append(cold_once(row.split(",")[0], fresh_cache="probed" in row))
         metric: dict[str, list[float]] = {"off": [], "on": []}
         for _ in range(args.metric):
             for mode in ("off", "on"):
@@ -120,10 +157,21 @@ def main() -> None:
         p50, p95 = percentile(launch[mode], 50), percentile(launch[mode], 95)
         rows.append(
             [
-                f"launch, sandbox {mode}",
+                f"warm launch (Client, idle supervisor), sandbox {mode}",
                 f"{p50 * 1000:.1f} ms",
                 f"{p95 * 1000:.1f} ms",
                 f"{p50 / base50:.2f}x / {p95 / base95:.2f}x",
+            ]  # fmt: skip
+        )
+    cold50, cold95 = percentile(cold["off"], 50), percentile(cold["off"], 95)
+    for row, values in cold.items():
+        p50, p95 = percentile(values, 50), percentile(values, 95)
+        rows.append(
+            [
+                f"cold launch (fresh air launch, fresh AIR_HOME), sandbox {row}",
+                f"{p50 * 1000:.1f} ms",
+                f"{p95 * 1000:.1f} ms",
+                f"{p50 / cold50:.2f}x / {p95 / cold95:.2f}x",
             ]  # fmt: skip
         )
     for mode in ("off", "on"):
@@ -133,6 +181,9 @@ def main() -> None:
     print(table(["row", "p50", "p95", "vs sandbox off (p50 / p95)"], rows))
     ratio = percentile(launch["on"], 50) / base50
     print(f"launch goal (sandboxed p50 <= 1.10x): {ratio:.2f}x {verdict(ratio, 1.10, False)}")
+    ratio = percentile(cold["on"], 50) / cold50
+    print(f"cold launch, sandboxed p50: {ratio:.2f}x {verdict(ratio, 1.10, False)}")
+    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     worst = max(metric["on"])
     print(f"metric goal (visible within 2 s): worst {worst:.2f} s {verdict(worst, 2.0, False)}")
 
