@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import GATED, open_gate, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.process import proc
@@ -26,11 +26,12 @@ def test_deleted_queued_job_folder_fails_that_job_only_in_another_jobs_superviso
     client: Client, air_home: Path
 ) -> None:
     """The pass that starts the job runs in the supervisor of the job that made room."""
-    blocker = client.launch(spec([PY, "-c", "import time; time.sleep(1.0)"], gpus=4))
+    blocker = client.launch(spec([PY, "-c", GATED], gpus=4))
     victim = client.launch(spec(["true"], gpus=4))
     after = client.launch(spec(["true"], gpus=1))
     assert victim.status == JobStatus.QUEUED
     shutil.rmtree(air_home / "jobs" / victim.job_id)
+    open_gate(air_home / "jobs" / blocker.job_id)
     infos = client.wait([blocker.job_id, victim.job_id, after.job_id], timeout_s=60, any=False)
     by_id = {i.job_id: i for i in infos}
     assert by_id[blocker.job_id].status == JobStatus.SUCCEEDED, by_id[blocker.job_id].message

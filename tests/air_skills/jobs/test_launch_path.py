@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import GATED, open_gate, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.process.proc import alive
@@ -65,10 +65,11 @@ def test_supervisor_runs_the_jobs_its_pass_starts(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIR_SIMULATED_GPUS", "1")
-    first = client.launch(spec([PY, "-c", "import time; time.sleep(1)"], gpus=1))
+    first = client.launch(spec([PY, "-c", GATED], gpus=1))
     rest = [client.launch(spec([PY, "-c", "pass"], gpus=1)) for _ in range(2)]
     assert [i.status for i in rest] == [JobStatus.QUEUED, JobStatus.QUEUED]
     assert rest[0].message == "QUEUED: waiting for 1 GPUs; 0 free of 1"
+    open_gate(client.home / "jobs" / first.job_id)
     ids = [first.job_id] + [i.job_id for i in rest]
     infos = client.wait(ids, timeout_s=60, any=False)
     assert [i.status for i in infos] == [JobStatus.SUCCEEDED] * 3
