@@ -7,6 +7,10 @@
 2. Watchdog cost: N idle-but-healthy jobs (a line every 12 s: the watch's deep read of metrics
    and GPUs runs between lines) with detection on (30 min) and off (0), alternated; the CPU
    time of their supervisors over the same window, read from /proc. Goal: at most 1.05x.
+3. The watch's own share, measured alone (steadier than 2 on a loaded machine): the CPU of
+   one due check (a stat of the log, the phase folders' two when quiet; a line every 4th
+   check, as the healthy jobs print) every CHECK_MAX_S, over the supervisors' CPU per second
+   with detection off (from 2): 1 + that share is the cost the watch adds.
 
 ``.venv/bin/python bench/stall.py [--jobs 50] [--window-s 20] [--rounds 2] [--delays 5]``
 (50 jobs, the issue's size, by default; ``--quick``: 20 jobs, one round, 2 delays).
@@ -17,7 +21,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from _common import percentile, scratch_home, table, verdict
 
@@ -90,6 +96,23 @@ def supervisors_cpu(client: Client, jobs: int, window_s: float, stall_min: float
     return used
 
 
+def watch_cpu_per_check(checks: int = 20_000) -> float:
+    """CPU seconds of one due check of a stall watch over a job that prints every 4th check."""
+    from air_skills.runtime.supervision.stall import CHECK_MAX_S, StallWatch
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = os.path.join(folder, "job.log")
+        with open(log, "w") as out:
+            watch = StallWatch(Path(folder), log, 1800.0, now=0.0)
+            start = time.process_time()
+            for n in range(checks):
+                if n % 4 == 0:
+                    out.write("tick\n")
+                    out.flush()
+                watch.check((n + 1) * CHECK_MAX_S, list)
+            return (time.process_time() - start) / checks
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=50)
@@ -114,6 +137,17 @@ def main() -> None:
                 used = supervisors_cpu(client, args.jobs, args.window_s, stall_min)
                 (on if stall_min else off).append(used)
     rows = []
+    if off:
+        per_check = watch_cpu_per_check()
+        from air_skills.runtime.supervision.stall import CHECK_MAX_S
+
+        per_s = sum(off) / (args.jobs * args.window_s * len(off))  # one supervisor, detection off
+        share = per_check / CHECK_MAX_S / per_s
+        rows.append(
+            [f"the watch alone: {per_check * 1e6:.1f} us a check every {CHECK_MAX_S:g} s, over"
+             f" {per_s * 1e3:.2f} ms/s of a supervisor", f"{1 + share:.4f}x", "<= 1.05x",
+             verdict(1 + share, 1.05, False)]
+        )  # fmt: skip
     if delays:
         worst = max(delays)
         rows.append(
