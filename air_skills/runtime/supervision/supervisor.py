@@ -462,6 +462,17 @@ class Supervisor:
         return row.stop_request if row else None
 
 
+def _load_tracking(home: Path) -> None:
+    """Load MLflow and open the home's store before waiting as a supervisor started ahead:
+    its first job's run (job_run) and metric relay would otherwise wait seconds for them."""
+    try:
+        from air_skills.tracking.mlflow import MlflowTracker, tracking_uri
+
+        _ = MlflowTracker(home, tracking_uri(home)).client
+    except Exception:  # tracking down or broken: the job's own steps say so, as without this
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """``JOB_ID [--job-pid PID | --start-error TEXT]``, or ``--idle`` (no job yet: wait for
     a pass to hand one over); AIR_HOME names the home."""
@@ -476,6 +487,7 @@ def main(argv: list[str] | None = None) -> None:
     store = Store(home)
     try:
         if job_id == IDLE:  # started ahead of any job (spawn.idle_ahead): wait for one
+            _load_tracking(home)
             first = wait_for_job(store)
             if first is None:
                 return
