@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -89,9 +88,9 @@ def test_failing_rank_fails_the_gang_with_its_code_and_leaves_nothing(client: Cl
     token = uuid.uuid4().hex
     info = client.launch(gang_spec("fail", token))
     wait_until(lambda: " sum " in client.logs(info.job_id, tail=None).text, timeout_s=90)
-    started = time.monotonic()
+    # Rank 0 would wait in its barrier for gloo's 30 minutes: a gang left waiting is still
+    # RUNNING when this wait gives up, and the status check below fails (no timed assertion).
     info = client.wait([info.job_id], timeout_s=60)[0]
-    assert time.monotonic() - started < 15, "rank 0 was left waiting in its barrier"
     assert info.status == JobStatus.FAILED, info.message
     assert info.exit_code == 3
     assert info.failure_kind == "user"
