@@ -30,6 +30,7 @@ from air_skills.home import read_launch_env
 from air_skills.runtime.execution import gang
 from air_skills.runtime.results.outcomes import AttemptEnd, InfraFailure, Outcome, classify
 from air_skills.runtime.supervision import stacks
+from air_skills.runtime.supervision.own_steps import OwnSteps
 
 NAME = "AIR_STALL_TIMEOUT_MIN"
 MARK = "reason: stalled"  # in the message of every job the watch stopped
@@ -94,6 +95,7 @@ class StallWatch:
         self.budget_s = budget_s
         self.metrics_db = metrics_db
         self.run_id = run_id
+        self._own = OwnSteps(jdir, run_id) if run_id else None  # a relayed job's own store
         self.gpus = gpus or []
         self.started = time.monotonic() if now is None else now
         # When the attempt started (its record's started_at): a phase file older than this is
@@ -144,17 +146,17 @@ class StallWatch:
 
     def _metric_steps(self) -> bool:
         """A metric of the run reached a step it had not (or a new metric appeared)."""
-        if self.metrics_db is None or not self.run_id:
-            return False
-        try:
-            if self._db is None:
-                uri = f"file:{self.metrics_db}?mode=ro"
-                self._db = sqlite3.connect(uri, uri=True, timeout=0.2, check_same_thread=False)
-            rows = self._db.execute(
-                "SELECT key, step FROM latest_metrics WHERE run_uuid = ?", (self.run_id,)
-            ).fetchall()
-        except sqlite3.Error:
-            return False
+        rows = list(self._own.steps().items()) if self._own is not None else []
+        if self.metrics_db is not None and self.run_id:
+            try:
+                if self._db is None:
+                    uri = f"file:{self.metrics_db}?mode=ro"
+                    self._db = sqlite3.connect(uri, uri=True, timeout=0.2, check_same_thread=False)
+                rows += self._db.execute(
+                    "SELECT key, step FROM latest_metrics WHERE run_uuid = ?", (self.run_id,)
+                ).fetchall()
+            except sqlite3.Error:
+                pass
         moved = False
         for key, step in rows:
             if step is not None and (key not in self._steps or step > self._steps[key]):

@@ -101,6 +101,28 @@ def test_traps_in_the_job_folder_neither_hang_nor_redirect_writes(tmp_path: Path
     assert '"max_gap_s": 30.0' in (tmp_path / "progress.json").read_text()
 
 
+def test_a_relayed_jobs_steps_are_read_in_its_own_store(tmp_path: Path) -> None:
+    """A sandboxed job's steps count as they land in its own store, before any relay."""
+    log = tmp_path / "job.log"
+    log.write_text("")
+    w = StallWatch(tmp_path, str(log), 10, run_id="r1", now=0.0)
+    metrics = tmp_path / "mlruns" / "0" / "r1" / "metrics"
+    metrics.mkdir(parents=True)
+    (metrics / "loss").write_text("1 0.5 0\n")
+    assert w.check(8.0, list) is None and w.last_progress == 8.0  # a first step
+    with (metrics / "loss").open("a") as f:
+        f.write("2 0.5 0\n")  # the same step again: not progress
+    assert w.check(12.0, list) is None and w.last_progress == 8.0
+    with (metrics / "loss").open("a") as f:
+        f.write("3 0.4 1\n")
+    assert w.check(16.0, list) is None and w.last_progress == 16.0  # a new step, in time
+    os.mkfifo(metrics / "trap")  # a FIFO the job made: skipped, never waited on
+    with (metrics / "loss").open("a") as f:
+        f.write("4 0.4 1\n")
+    found = w.check(27.0, list)
+    assert found is not None and found.silent_s == 11.0
+
+
 def row(**kw: object) -> SimpleNamespace:
     base: dict[str, object] = {"job_id": "job-1", "user_retries": 0, "infra_retries": 0}
     return SimpleNamespace(**{**base, "attempts": 1, "run_id": None, **kw})
