@@ -106,7 +106,7 @@ def test_ls_keeps_ids_whole_in_80_columns(client: Client) -> None:
 
 
 def _interrupt_when(proc: subprocess.Popen[str], ready: Callable[[], bool]) -> tuple[int, str]:
-    wait_until(ready, timeout_s=60)
+    wait_until(ready, timeout_s=180)  # a fresh air process and a job start, beside a CPU hog
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     return proc.returncode, err
@@ -135,12 +135,12 @@ def test_ctrl_c_in_a_follow_or_a_wait_says_the_job_goes_on(client: Client) -> No
         )
         assert follow.stdout is not None
         rc, err = _interrupt_when(follow, lambda: "ready" in follow.stdout.readline())
-        assert rc == 130 and f"{job} is not cancelled" in err and f"air cancel {job}" in err
+        assert rc == 130 and f"{job} is not cancelled" in err and f"air cancel {job}" in err, (rc, err)
         wait = subprocess.Popen(
             [str(BIN / "air"), "wait", job[:9]], stderr=subprocess.PIPE, text=True
         )
         rc, err = _interrupt_when(wait, lambda: _has_store_open(wait.pid))
-        assert rc == 130 and "not cancelled" in err and "air cancel" in err, err
+        assert rc == 130 and "not cancelled" in err and "air cancel" in err, (rc, err)
         assert client.get(job).status == JobStatus.RUNNING  # the job goes on
     finally:
         client.cancel(job)
