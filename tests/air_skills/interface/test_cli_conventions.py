@@ -135,7 +135,8 @@ def test_ctrl_c_in_a_follow_or_a_wait_says_the_job_goes_on(client: Client) -> No
         )
         assert follow.stdout is not None
         rc, err = _interrupt_when(follow, lambda: "ready" in follow.stdout.readline())
-        assert rc == 130 and f"{job} is not cancelled" in err and f"air cancel {job}" in err, (rc, err)
+        said = f"{job} is not cancelled" in err and f"air cancel {job}" in err
+        assert rc == 130 and said, (rc, err)
         wait = subprocess.Popen(
             [str(BIN / "air"), "wait", job[:9]], stderr=subprocess.PIPE, text=True
         )
