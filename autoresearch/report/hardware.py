@@ -7,7 +7,6 @@ import functools
 from air_skills.gpu.hardware import gpu_class, not_comparable
 from autoresearch.journal.journal import Trial, TrialStatus
 
-
 _class_of = functools.lru_cache(maxsize=512)(gpu_class)  # a study has a few names, many trials
 
 
