@@ -108,8 +108,24 @@ def test_ls_keeps_ids_whole_in_80_columns(client: Client) -> None:
 def _interrupt_when(proc: subprocess.Popen[str], ready: Callable[[], bool]) -> tuple[int, str]:
     wait_until(ready, timeout_s=180)  # a fresh air process and a job start, beside a CPU hog
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # once beside a CPU hog: say where it was, then fail
+        pytest.fail(f"no exit 60 s after Ctrl-C:\n{_where(proc.pid)}")
     return proc.returncode, err
+
+
+def _where(pid: int) -> str:
+    """The stacks of a process that did not exit and its children (py-spy), for the failure."""
+    spy = Path(sys.executable).parent / "py-spy"
+    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    out = [f"children: {kids.split()}"]
+    for one in [str(pid), *kids.split()]:
+        dump = subprocess.run(
+            [str(spy), "dump", "--pid", one], capture_output=True, text=True, timeout=60
+        )
+        out.append(dump.stdout + dump.stderr)
+    return "\n".join(out)
 
 
 def _has_store_open(pid: int) -> bool:
