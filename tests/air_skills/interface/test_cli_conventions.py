@@ -115,6 +115,13 @@ def _interrupt_when(proc: subprocess.Popen[str], ready: Callable[[], bool]) -> t
     return proc.returncode, err
 
 
+def _as_in_a_terminal() -> None:
+    """A foreground command's Ctrl-C: SIGINT at its default. A run started in the background
+    (`make test &`, nohup) ignores SIGINT, its children inherit that, and Python then installs
+    no KeyboardInterrupt: the follow went on after Ctrl-C in every such run."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _where(pid: int) -> str:
     """The stacks of a process that did not exit and its children (py-spy), for the failure."""
     spy = Path(sys.executable).parent / "py-spy"
@@ -148,13 +155,17 @@ def test_ctrl_c_in_a_follow_or_a_wait_says_the_job_goes_on(client: Client) -> No
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_as_in_a_terminal,
         )
         assert follow.stdout is not None
         rc, err = _interrupt_when(follow, lambda: "ready" in follow.stdout.readline())
         said = f"{job} is not cancelled" in err and f"air cancel {job}" in err
         assert rc == 130 and said, (rc, err)
         wait = subprocess.Popen(
-            [str(BIN / "air"), "wait", job[:9]], stderr=subprocess.PIPE, text=True
+            [str(BIN / "air"), "wait", job[:9]],
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_as_in_a_terminal,
         )
         rc, err = _interrupt_when(wait, lambda: _has_store_open(wait.pid))
         assert rc == 130 and "not cancelled" in err and "air cancel" in err, (rc, err)
