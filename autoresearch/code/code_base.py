@@ -34,6 +34,25 @@ def matches(globs: list[str], path: str) -> bool:
     return bool(globs) and IgnoreRules(globs).ignored(path)
 
 
+def _editable(code: CodeSection, files: list[str], of: str, fits: str, holds: str) -> list[str]:
+    """The editable files among ``files`` (protected ones excluded); a glob of the code
+    section that matches none of them is refused, each named (``of``: where it looked)."""
+    problems = [
+        f"code.{kind}: {g!r} matches no file of {of}"
+        for kind, globs in (("editable", code.editable), ("protected", code.protected))
+        for g in globs
+        if not any(matches([g], p) for p in files)
+    ]
+    if problems:
+        raise InvalidSpec(
+            f"the study's code section does not fit {fits}:",
+            problems=problems,
+            hint="globs use .gitignore syntax from the tree's root (e.g. `train.py`,"
+            f" `src/**/*.py`); {holds} {len(files)} files",
+        )
+    return [p for p in files if matches(code.editable, p) and not matches(code.protected, p)]
+
+
 class CodeBase:
     """The study's base snapshot: read its files, apply patch chains, check protected files."""
 
@@ -61,26 +80,9 @@ class CodeBase:
         snap = take_snapshot(home, study.workdir)
         files = sorted(snap.manifest["files"])
         code = study.code
-        editable = [
-            p for p in files if matches(code.editable, p) and not matches(code.protected, p)
-        ]
-        problems = [
-            f"code.editable: {g!r} matches no file of the snapshot of {snap.root}"
-            for g in code.editable
-            if not any(matches([g], p) for p in files)
-        ]
-        problems += [
-            f"code.protected: {g!r} matches no file of the snapshot of {snap.root}"
-            for g in code.protected
-            if not any(matches([g], p) for p in files)
-        ]
-        if problems:
-            raise InvalidSpec(
-                "the study's code section does not fit its tree:",
-                problems=problems,
-                hint="globs use .gitignore syntax from the tree's root (e.g. `train.py`,"
-                f" `src/**/*.py`); the snapshot holds {len(files)} files",
-            )
+        editable = _editable(
+            code, files, f"the snapshot of {snap.root}", "its tree", "the snapshot holds"
+        )
         protected = {
             p: snap.manifest["files"][p]["sha256"] for p in files if matches(code.protected, p)
         }
@@ -105,19 +107,9 @@ class CodeBase:
         assert study.code is not None
         code = study.code
         files = sorted(p for p in job.paths() if p not in job.manifest.get("symlinks", {}))
-        problems = [
-            f"code.{kind}: {g!r} matches no file of job {job.job_id}'s code"
-            for kind, globs in (("editable", code.editable), ("protected", code.protected))
-            for g in globs
-            if not any(matches([g], p) for p in files)
-        ]
-        if problems:
-            raise InvalidSpec(
-                "the study's code section does not fit its base job's code:",
-                problems=problems,
-                hint="globs use .gitignore syntax from the tree's root (e.g. `train.py`,"
-                f" `src/**/*.py`); the job's code holds {len(files)} files",
-            )
+        editable = _editable(
+            code, files, f"job {job.job_id}'s code", "its base job's code", "the job's code holds"
+        )
         protected = {}
         for p in files:
             if matches(code.protected, p):
@@ -131,9 +123,7 @@ class CodeBase:
             "commit": job.commit,
             "branch": git.branch if git else None,
             "dirty": bool(git and git.dirty),
-            "editable": [
-                p for p in files if matches(code.editable, p) and not matches(code.protected, p)
-            ],  # fmt: skip
+            "editable": editable,
             "protected": protected,
             "code": code.model_dump(mode="json"),
             "base_job": job.job_id,
