@@ -92,24 +92,17 @@ def answer(args: list[str]) -> int | None:
     if asked is None:
         return None
     from air_skills import settings
-    from air_skills.cli.basics import client, emit_json
+    from air_skills.cli.basics import client, emit_json, full_disk_named
     from air_skills.cli.launch_spec import launch_spec
-    from air_skills.errors import AirError, StoreError, render_json
+    from air_skills.errors import AirError, render_json
 
     positional, command, given = asked
     try:
-        try:  # as cli/output.py's handle_errors does it
+        with full_disk_named():  # as cli/output.py's handle_errors does it
             settings.check_all()
             spec = launch_spec(positional, command, given)
             # strict: a command that would not start is an invalid-spec error (cli/jobs.py)
             info = client().launch(spec, dry_run=bool(given.get("dry_run")), strict=True)
-        except (StoreError, OSError) as exc:
-            from air_skills.cli.output import disk_full  # rich: only on this failure
-
-            full = disk_full(exc)
-            if full is None:
-                raise
-            raise full from exc
     except AirError as exc:
         sys.stdout.write(render_json(exc) + "\n")
         return exc.exit_code

@@ -7,8 +7,6 @@ vanish. It goes to rich as ``Text`` (``plain``) or printed with ``say``, markup 
 
 from __future__ import annotations
 
-import errno
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -22,8 +20,8 @@ from rich.table import Table
 from rich.text import Text
 
 from air_skills import settings
-from air_skills.cli.basics import client, emit_json  # noqa: F401  (re-exported for the commands)
-from air_skills.errors import AirError, InvalidInput, StoreError, render_json, render_text
+from air_skills.cli.basics import client, emit_json, full_disk_named  # noqa: F401  (re-exported for the commands)
+from air_skills.errors import AirError, InvalidInput, render_json, render_text
 
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -55,15 +53,10 @@ def handle_errors(fn: Callable[..., Any], *, check_settings: bool = True) -> Cal
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            try:
+            with full_disk_named():
                 if check_settings:
                     settings.check_all()
                 return fn(*args, **kwargs)
-            except (StoreError, OSError) as exc:
-                full = disk_full(exc)
-                if full is None:
-                    raise
-                raise full from exc
         except AirError as exc:
             if kwargs.get("as_json"):
                 sys.stdout.write(render_json(exc) + "\n")
@@ -94,77 +87,6 @@ def still_running_on_interrupt(job_ids: list[str]) -> Iterator[None]:
             soft_wrap=True,
         )
         raise typer.Exit(130) from None
-
-
-FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
-NEARLY_FULL_BYTES = 1 << 20  # SQLite reports a full disk as a bare "disk I/O error"
-
-
-def disk_full(exc: BaseException) -> AirError | None:
-    """A ``disk-full`` error naming the path, when ``exc`` (or what caused it) is a full disk
-    or quota; None for every other failure, which keeps its own message and hint."""
-    paths: list[str] = []
-    io_error = False
-    chain: BaseException | None = exc
-    for _ in range(8):  # the chain of causes is short; the bound guards a cycle
-        if chain is None:
-            break
-        if isinstance(chain, OSError):
-            if chain.filename:
-                paths.append(os.fsdecode(chain.filename))
-            if chain.errno in FULL_ERRNOS:
-                return _full_error(paths[-1] if paths else _home_if_full(), chain.errno)
-            io_error = io_error or chain.errno == errno.EIO
-        if isinstance(chain, AirError) and chain.context.get("path"):
-            paths.append(str(chain.context["path"]))
-        sqlite_name = getattr(chain, "sqlite_errorname", "") or ""
-        if sqlite_name == "SQLITE_FULL":
-            return _full_error(paths[-1] if paths else "", errno.ENOSPC)
-        io_error = io_error or sqlite_name.startswith("SQLITE_IOERR")
-        chain = chain.__cause__ or chain.__context__
-    # An I/O error says nothing more: the free space on its disk tells whether it was full.
-    for path in paths if io_error else []:
-        free = _free_bytes(path)
-        if free is not None and free < NEARLY_FULL_BYTES:
-            return _full_error(path, errno.ENOSPC, free)
-    return None
-
-
-def _home_if_full() -> str:
-    """AIR_HOME when its disk is (nearly) full: where a write without a file name most
-    likely failed (a file's close reports no name); else "" (unknown)."""
-    from air_skills.home import default_home
-
-    home = str(default_home())
-    free = _free_bytes(home)
-    return home if free is not None and free < NEARLY_FULL_BYTES else ""
-
-
-def _free_bytes(path: str) -> int | None:
-    """Bytes this user may still write on the disk holding ``path`` (None: unknown)."""
-    probe = os.path.abspath(path)
-    while probe and not os.path.exists(probe):
-        probe = os.path.dirname(probe) if probe != "/" else ""
-    try:
-        st = os.statvfs(probe or "/")
-    except OSError:
-        return None
-    return 0 if st.f_favail == 0 and st.f_files else st.f_bavail * st.f_frsize
-
-
-def _full_error(path: str, code: int, free: int | None = None) -> AirError:
-    what = "the disk quota is exceeded" if code == errno.EDQUOT else "the disk is full"
-    is_dir = bool(path) and os.path.isdir(path)
-    where = f" writing {'under ' if is_dir else ''}{path}" if path else " (no space left)"
-    left = f" ({free // 1024} KiB free)" if free is not None else ""
-    folder = (path if is_dir else os.path.dirname(path)) if path else "AIR_HOME"
-    return AirError(
-        f"{what}{where}{left}",
-        code="disk-full",
-        hint=f"free space on the disk holding {folder} (`df -h` shows it), or set"
-        " AIR_HOME to a folder on another disk, then retry",
-        path=path or None,
-    )
 
 
 def handle_errors_diagnosing(fn: Callable[..., Any]) -> Callable[..., Any]:
