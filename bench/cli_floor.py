@@ -73,7 +73,7 @@ def main() -> None:
                 "--",
                 "true",
             ],
-            # the same launch through the typer app (the path before cli/fast_launch.py)
+            # the same launch through the typer app (the path before cli/fast/launch.py)
             "air launch --json (typer)": [
                 sys.executable,
                 "-c",

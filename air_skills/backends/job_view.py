@@ -1,6 +1,6 @@
 """A job's record as the JSON of ``JobInfo``, pydantic-free: the one mapping from a record to
 what callers see. ``row_to_info`` (backends/info.py) validates it into the model; `air ls
---json` and `air status --json` print it as it is (cli/fast.py), without importing pydantic."""
+--json` and `air status --json` print it as it is (cli/fast), without importing pydantic."""
 
 from __future__ import annotations
 

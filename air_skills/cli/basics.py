@@ -1,8 +1,8 @@
 """What every `air` command shares without typer or rich: the Client it uses, its JSON output,
 and a full disk named as the `disk-full` error.
 
-cli/output.py re-exports both for the typer commands; the fast paths (cli/fast.py,
-cli/fast_launch.py) import them from here, so the two give the same bytes.
+cli/output.py re-exports both for the typer commands; the fast paths (cli/fast,
+cli/fast/launch.py) import them from here, so the two give the same bytes.
 """
 
 from __future__ import annotations

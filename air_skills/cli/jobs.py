@@ -134,7 +134,7 @@ def launch(
 ) -> None:
     """Launch a job: `air launch --gpus 1 -- python train.py --lr 3e-4`."""
     command = list(ctx.args)  # what followed `--` (LaunchCommand)
-    # the options by parameter name, as cli/fast_launch.py gives them too (a test checks)
+    # the options by parameter name, as cli/fast/launch.py gives them too (a test checks)
     given = {k: v for k, v in locals().items() if k not in ("ctx", "args", "command")}
     spec = launch_spec(list(args or []), command, given)
     c = client()

@@ -1,5 +1,5 @@
 """The spec `air launch` builds: a spec file (read safely), `--set` values, `--patch`, the
-options. Typer-free: the typer command (cli/jobs.py) and the fast path (cli/fast_launch.py)
+options. Typer-free: the typer command (cli/jobs.py) and the fast path (cli/fast/launch.py)
 build it here, the same way."""
 
 from __future__ import annotations

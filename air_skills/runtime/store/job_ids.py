@@ -1,6 +1,6 @@
 """A job id from what a user typed: the id itself, or a unique prefix of it (git-style).
 
-Stdlib only: `air status --json` resolves ids without the Client (cli/fast.py), as the Client
+Stdlib only: `air status --json` resolves ids without the Client (cli/fast), as the Client
 does (``Client.resolve_id``), with this one function.
 """
 

@@ -1,5 +1,5 @@
 """`air ls --json` and `air status --json` answered without typer, rich or pydantic
-(cli/fast.py), `air launch --json` without typer or rich (cli/fast_launch.py): the same JSON
+(cli/fast), `air launch --json` without typer or rich (cli/fast/launch.py): the same JSON
 as the typer commands, and what the fast paths must not import."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from air_skills import Client, JobStatus
 from air_skills.backends.job_view import CODE_FIELDS, job_json
 from air_skills.cli.app import app
-from air_skills.cli.fast_launch import parse
+from air_skills.cli.fast.launch import parse
 from air_skills.models import CodeInfo, JobInfo
 
 BIN = Path(sys.executable).parent
@@ -162,7 +162,7 @@ def test_fast_launch_reads_every_option_of_the_typer_command_by_its_name() -> No
     left to typer (--watch, --seeds, --seed-key, --grid, --help): the two never drift."""
     import typer.main
 
-    from air_skills.cli.fast_launch import FLAGS, LISTS, VALUES
+    from air_skills.cli.fast.launch import FLAGS, LISTS, VALUES
 
     command = typer.main.get_command(app).commands["launch"]  # type: ignore[attr-defined]
     fast = {o: n for o, (n, _) in VALUES.items()} | LISTS | {o: n for o, (n, _) in FLAGS.items()}

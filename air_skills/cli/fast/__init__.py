@@ -1,6 +1,6 @@
 """`air`'s entry point, and its floor: `air ls --json` and `air status JOB --json` answered
 without typer, rich or pydantic, for agents that call the CLI from a shell on every step
-(`air launch ... --json` too, without typer or rich: cli/fast_launch.py).
+(`air launch ... --json` too, without typer or rich: cli/fast/launch.py).
 
 The answer is the same JSON as the typer commands print (backends/job_view.py is the one
 mapping, and tests compare the two); anything else (another command, another option, a
@@ -26,8 +26,8 @@ def main() -> None:
 
 def answer(args: list[str]) -> int | None:
     """The exit code after answering ``args`` here; None: the typer app answers them."""
-    if args[:1] == ["launch"]:  # `air launch ... --json`: cli/fast_launch.py
-        from air_skills.cli.fast_launch import answer as launch
+    if args[:1] == ["launch"]:  # `air launch ... --json`: cli/fast/launch.py
+        from air_skills.cli.fast.launch import answer as launch
 
         return launch(args[1:])
     asked = _parse(args)
