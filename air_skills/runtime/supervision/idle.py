@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from air_skills import settings
@@ -64,3 +65,14 @@ def wait_for_job(
             # Off the list already: a pass took this process, its job committed with that.
             return pass_queries.given_job(store.read, me, store.home)
         signals.wait_readable([], left)
+
+
+def load_tracking(home: Path) -> None:
+    """Load MLflow and open the home's store before waiting as a supervisor started ahead:
+    its first job's run (job_run) and metric relay would otherwise wait seconds for them."""
+    try:
+        from air_skills.tracking.mlflow import MlflowTracker, tracking_uri
+
+        _ = MlflowTracker(home, tracking_uri(home)).client
+    except Exception:  # tracking down or broken: the job's own steps say so, as without this
+        pass

@@ -55,7 +55,7 @@ from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision import gpu_checks, stall
 from air_skills.runtime.supervision.data_recheck import DataRecheck
-from air_skills.runtime.supervision.idle import wait_for_job
+from air_skills.runtime.supervision.idle import load_tracking, wait_for_job
 
 GRACE_S = settings.get("AIR_GRACE_S")
 HEALTH_INTERVAL_S = settings.get("AIR_HEALTH_INTERVAL_S")
@@ -462,17 +462,6 @@ class Supervisor:
         return row.stop_request if row else None
 
 
-def _load_tracking(home: Path) -> None:
-    """Load MLflow and open the home's store before waiting as a supervisor started ahead:
-    its first job's run (job_run) and metric relay would otherwise wait seconds for them."""
-    try:
-        from air_skills.tracking.mlflow import MlflowTracker, tracking_uri
-
-        _ = MlflowTracker(home, tracking_uri(home)).client
-    except Exception:  # tracking down or broken: the job's own steps say so, as without this
-        pass
-
-
 def main(argv: list[str] | None = None) -> None:
     """``JOB_ID [--job-pid PID | --start-error TEXT]``, or ``--idle`` (no job yet: wait for
     a pass to hand one over); AIR_HOME names the home."""
@@ -487,7 +476,7 @@ def main(argv: list[str] | None = None) -> None:
     store = Store(home)
     try:
         if job_id == IDLE:  # started ahead of any job (spawn.idle_ahead): wait for one
-            _load_tracking(home)
+            load_tracking(home)
             first = wait_for_job(store)
             if first is None:
                 return
