@@ -1,4 +1,4 @@
-"""The job model: what a job asks for (JobSpec), where it stands (JobStatus, JobInfo).
+"""What a job asks for: JobSpec (and its DataInput), checked field by field.
 
 Strict pydantic v2 models: unknown fields are refused, and every problem is reported at once.
 """
@@ -6,15 +6,11 @@ Strict pydantic v2 models: unknown fields are refused, and every problem is repo
 from __future__ import annotations
 
 import importlib.util
-import json
-import math
 import os
 import re
 import shlex
 import sys
-from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -29,15 +25,10 @@ from pydantic_core import PydanticCustomError
 
 from air_skills import settings
 from air_skills.errors import InvalidSpec, pydantic_problems
-from air_skills.status import JobStatus
+from air_skills.models.config_json import json_problem
 from air_skills.vocabulary import NAME_PATTERN
 
 MAX_GPUS_PER_JOB = 1024
-# A config is hyperparameters: far below these. They bound the check itself, so that a YAML
-# alias bomb (a few hundred bytes that expand without end) or a self-referring anchor is
-# refused in a fraction of a second instead of exhausting memory when written as JSON.
-MAX_CONFIG_VALUES = 1_000_000
-MAX_CONFIG_DEPTH = 200
 Priority = Literal["low", "normal", "high"]
 FailureKind = Literal["user", "infra"]
 Backend = Literal["local", "ray", "slurm"]
@@ -70,74 +61,6 @@ def refuse_nul(value: str | None, what: str) -> str | None:
     if value is not None and "\x00" in value:
         raise _refused("nul_byte", f"{what} holds a NUL byte (\\x00): remove it")
     return value
-
-
-def _json_fix(what: str, value: Any) -> str:
-    """Why ``value`` (named ``what``), a Python object JSON cannot hold, and what to write."""
-    if isinstance(value, (set, frozenset)):
-        return f"{what} is a set (!!set), which JSON cannot hold: write a list, e.g. [a, b]"
-    if isinstance(value, (bytes, bytearray)):
-        return f"{what} is binary data (!!binary), which JSON cannot hold: write a quoted string"
-    text = str(value)[:60]
-    return (
-        f"{what} = {text} is a {type(value).__name__}, which JSON cannot hold:"
-        f' quote it to pass it as text ("{text}")'
-    )
-
-
-def _json_key(key: str | float | None) -> str | None:
-    """The text JSON writes for a mapping key (1 -> "1", True -> "true"); None: not finite."""
-    if isinstance(key, str):
-        return key
-    if isinstance(key, float) and not math.isfinite(key):
-        return None
-    return json.dumps(key)
-
-
-def json_problem(config: Mapping[str, Any]) -> str | None:
-    """Why ``config`` cannot be written as JSON (naming the key), or None when it can.
-
-    YAML turns ``2024-01-01`` into a date, ``!!set`` into a set and ``!!binary`` into bytes;
-    JSON holds none of them, and the job reads its config as JSON (AIR_CONFIG_FILE).
-    """
-    stack: list[tuple[str, Any, int]] = [("config", config, 0)]
-    seen = 0
-    while stack:
-        path, value, depth = stack.pop()
-        seen += 1
-        if seen > MAX_CONFIG_VALUES or depth > MAX_CONFIG_DEPTH:
-            return (
-                f"config is too large or too deep (over {MAX_CONFIG_VALUES} values or"
-                f" {MAX_CONFIG_DEPTH} levels), or refers to itself (a YAML alias inside its"
-                " own anchor): write it out plainly, without anchors and aliases"
-            )
-        if isinstance(value, float) and not math.isfinite(value):
-            return (
-                f"{path} = {value} is not a finite number, which JSON cannot hold:"
-                f' give a number, or quote it to pass it as text ("{value}")'
-            )
-        if value is None or isinstance(value, (str, int, float)):
-            continue  # bool is an int
-        if isinstance(value, Mapping):
-            names: dict[str, Any] = {}
-            for key, item in value.items():
-                if key is not None and not isinstance(key, (str, int, float)):
-                    return _json_fix(f"a key under {path}", key)
-                name = _json_key(key)
-                if name is None:
-                    return f"a key under {path} ({key}) is not a finite number: quote it"
-                if name in names:
-                    return (
-                        f"{path} has two keys that JSON writes as {name!r} ({names[name]!r}"
-                        f" and {key!r}; JSON keys are text): keep one"
-                    )
-                names[name] = key
-                stack.append((f"{path}.{key}", item, depth + 1))
-        elif isinstance(value, (list, tuple)):
-            stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
-        else:
-            return _json_fix(path, value)
-    return None
 
 
 class _Strict(BaseModel):
@@ -400,105 +323,3 @@ class JobSpec(_Strict):
 
     def resolved_project(self) -> str:
         return self.project or settings.get("AIR_PROJECT") or "default"
-
-
-class CodeInfo(BaseModel):
-    """Which code a job runs: its snapshot's digest and where that came from."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    digest: str
-    commit: str | None = None
-    branch: str | None = None
-    dirty: bool = False
-    files: int = 0
-    patched: bool = False
-    note: str | None = None
-
-
-class JobInfo(BaseModel):
-    """Where a job stands: the JSON shape of `air status --json` and MCP `get_job`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    job_id: str
-    name: str
-    status: JobStatus
-    failure_kind: FailureKind | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    message: str = ""
-    gpus: list[int] = Field(default_factory=list)
-    priority: Priority = "normal"
-    attempts: int = 0
-    created_at: datetime
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    run_id: str | None = None
-    experiment_id: str | None = None
-    log_path: str | None = None
-    backend: Backend = "local"
-    project: str = "default"
-    borrowing: bool = False
-    data: list[str] = Field(default_factory=list, description="data inputs as name@digest12")
-    code: CodeInfo | None = Field(default=None, description="the code snapshot; None: live")
-    image: str | None = Field(default=None, description="the container image it runs in")
-    image_digest: str | None = Field(default=None, description="that image's ID (sha256:...)")
-    sandbox: str | None = Field(
-        default=None, description="what it runs in: bwrap, or none (why); None: not local"
-    )
-    hardware: dict[str, Any] | None = Field(
-        default=None,
-        description="what it ran on: gpu_model, gpu_count, class, driver, cuda, cpu, host,"
-        " backend (air_skills/gpu/hardware.py); None before it starts or off this machine",
-    )
-    launched_by: str | None = Field(
-        default=None, description="who launched it: an air-mcp token's name, or the local user"
-    )
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.status.is_terminal()
-
-
-class GpuInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    index: int
-    name: str
-    memory_mb: int
-    health: Literal["ok", "unhealthy"] = "ok"
-    cordoned: bool = False
-    reason: str | None = None
-    job_ids: list[str] = Field(default_factory=list)
-    project: str | None = None  # of the job holding it
-    borrowing: bool = False  # held by a job beyond its project's quota
-
-
-class LogChunk(BaseModel):
-    job_id: str
-    text: str
-    offset: int = Field(description="byte offset where text starts")
-    next_offset: int = Field(description="pass as offset to read on")
-    size: int = Field(description="log size in bytes")
-    truncated: bool = False
-
-
-class Metrics(BaseModel):
-    job_id: str
-    run_id: str | None
-    latest: dict[str, float] = Field(default_factory=dict)
-    history: dict[str, list[list[float]]] = Field(default_factory=dict)
-
-
-T = TypeVar("T")
-
-
-class Page(BaseModel, Generic[T]):
-    items: list[T]
-    next_cursor: str | None = None
-    total: int | None = None  # jobs on every page with these filters (None: not counted)
-
-
-def utc_from_ts(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, tz=UTC)
