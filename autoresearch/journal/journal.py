@@ -7,6 +7,7 @@ killed loop loses nothing that it wrote.
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
 import os
@@ -131,8 +132,14 @@ class Journal:
             return []
         # a FIFO or a device in the journal's place is refused, not waited on or read forever
         data = read_regular(self.path, "study journal", max_bytes=None, error=InvalidState)
+        return self.parse(data)
+
+    def parse(self, data: bytes, first_line: int = 1) -> list[dict[str, Any]]:
+        """The events of ``data`` (whole lines, the first of them line ``first_line``), its
+        lines counted into ``unreadable``, ``skipped`` and ``lines`` as ``read`` does (which
+        resets them first; ``tail.JournalTail`` adds to them, one appended piece at a time)."""
         out = []
-        for number, raw in enumerate(data.split(b"\n"), 1):
+        for number, raw in enumerate(data.split(b"\n"), first_line):
             try:
                 line = raw.decode("utf-8").strip()
             except UnicodeDecodeError:
@@ -167,6 +174,16 @@ class Journal:
             f"{len(found)} line(s) of {self.path} are not valid study events: skipped"
             f" ({shown}{more})"
         )
+
+    def notes(self, state: StudyState) -> list[str]:
+        """The warnings about the last read's lines that did not apply (for ``state``)."""
+        notes = []
+        if self.unreadable:
+            notes.append(f"{self.unreadable} line(s) of {self.path} are not UTF-8 text: skipped")
+        skipped = self.skipped_warning(state)  # JSON of the wrong shape: the reasons
+        if skipped:
+            notes.append(skipped)
+        return notes
 
 
 @dataclass
@@ -344,6 +361,16 @@ class StudyState:
         elif kind == "stopped":
             self.stopped = {k: v for k, v in ev.items() if k != "event"}
 
+    def fork(self) -> StudyState:
+        """A copy that events can be applied to while this one stays as it is (its trials
+        copied, shallowly: ``apply`` only assigns their fields)."""
+        out = copy.copy(self)
+        out.trials = {n: copy.copy(t) for n, t in self.trials.items()}
+        out.tampered = dict(self.tampered)
+        out.warnings, out.skipped = list(self.warnings), list(self.skipped)
+        out._round = list(self._round)
+        return out
+
     @property
     def next_number(self) -> int:
         return max(self.trials, default=-1) + 1
@@ -364,12 +391,14 @@ class StudyState:
         return total / 3600.0
 
 
-def replay(events: list[dict[str, Any]]) -> StudyState:
-    """Fold the journal's events into the study's state. A record that does not fit (wrong
-    types, a trial never launched: ``journal_check``) is skipped whole, its reason kept in
-    ``skipped``; the records around it still apply."""
-    st = StudyState()
-    for i, ev in enumerate(events):
+def replay(events: list[dict[str, Any]], st: StudyState | None = None) -> StudyState:
+    """Fold the journal's events into the study's state (``st``: a state to go on from, its
+    ``events`` those applied so far). A record that does not fit (wrong types, a trial never
+    launched: ``journal_check``) is skipped whole, its reason kept in ``skipped``; the records
+    around it still apply."""
+    st = StudyState() if st is None else st
+    first = st.events + len(st.skipped)  # the index of events[0] among all the journal's
+    for i, ev in enumerate(events, first):
         why = problem(ev, st.trials)
         if why is None:
             st.apply(ev)

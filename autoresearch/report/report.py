@@ -28,24 +28,23 @@ SCATTER_STYLES: dict[str, dict[str, Any]] = {
 def load_state(study_dir: Path | str) -> tuple[Study, StudyState]:
     study_dir = Path(study_dir)
     journal = Journal(study_dir)
-    events = journal.read()
-    if not events:
+    state = replay(journal.read())
+    state.warnings += journal.notes(state)
+    return study_of(study_dir, state), state
+
+
+def study_of(study_dir: Path, state: StudyState) -> Study:
+    """The study that ``state`` (replayed from ``study_dir``'s journal) holds; NotFound when
+    the journal has no events or no study."""
+    if not state.events and not state.skipped:
         raise NotFound(
             f"no study journal in {study_dir}",
             hint="give a study folder (default AIR_HOME/studies/<name>/) or a study name",
             study_dir=str(study_dir),
         )
-    state = replay(events)
-    if journal.unreadable:
-        state.warnings.append(
-            f"{journal.unreadable} line(s) of {journal.path} are not UTF-8 text: skipped"
-        )
-    skipped = journal.skipped_warning(state)  # JSON of the wrong shape: the reasons
-    if skipped:
-        state.warnings.append(skipped)
     if not state.study:
         raise NotFound(f"the journal in {study_dir} holds no study", hint="run the study again")
-    return parse_study(state.study, "journal study"), state
+    return parse_study(state.study, "journal study")
 
 
 def _fmt(value: Any, digits: int = 5) -> str:

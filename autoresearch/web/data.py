@@ -1,7 +1,8 @@
 """What the study page shows, as JSON: the studies list and one study's full view.
 
-A study's journal is parsed again only when it changed (size and mtime); the running trials'
-metric curves come from MLflow (through the ``Client``) and are read at most once a second.
+A study's journal is read incrementally (only the lines appended since the last look:
+``journal.tail``); the running trials' metric curves come from MLflow (through the ``Client``)
+and are read at most once a second.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any
 from air_skills.errors import AirError
 from autoresearch.code.code_check import chain_of
 from autoresearch.journal.journal import JOURNAL, StudyState, Trial
+from autoresearch.journal.tail import JournalTail
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
 from autoresearch.report.hardware import hardware_note, trial_class
-from autoresearch.report.report import best_so_far, load_state
+from autoresearch.report.report import best_so_far, study_of
 from autoresearch.report.summary import _decision, summarize
 from autoresearch.study.folder import loop_alive
 from autoresearch.study.study import STUDIES_DIR, Study
@@ -100,13 +102,6 @@ def trial_row(
 
 
 @dataclass
-class _Parsed:
-    key: tuple[int, int]
-    study: Study
-    state: StudyState
-
-
-@dataclass
 class ViewParts:
     """A study's view in two parts: ``static`` (made once per journal change) and ``live``
     (LIVE_KEYS, made again while trials run); ``body`` is the whole view's JSON."""
@@ -144,7 +139,8 @@ class StudyIndex:
     roots: list[Path]
     mlflow_url: str | None = "http://127.0.0.1:5000"
     live_metrics: bool = True
-    _parsed: dict[Path, _Parsed] = field(default_factory=dict)
+    _tails: dict[Path, JournalTail] = field(default_factory=dict)
+    _studies: dict[Path, tuple[Any, Study]] = field(default_factory=dict)  # (its dict, parsed)
     _curves: dict[str, tuple[float, list]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _client: Any = None
@@ -163,15 +159,17 @@ class StudyIndex:
         return out
 
     def load(self, folder: Path) -> tuple[Study, StudyState]:
-        st = os.stat(folder / JOURNAL)
-        key = (st.st_size, st.st_mtime_ns)
+        """The study and its state, from the lines appended since the last look (JournalTail)."""
         with self._lock:
-            cached = self._parsed.get(folder)
-            if cached is not None and cached.key == key:
-                return cached.study, cached.state
-        study, state = load_state(folder)
+            tail = self._tails.get(folder) or self._tails.setdefault(folder, JournalTail(folder))
+        state = tail.read()
         with self._lock:
-            self._parsed[folder] = _Parsed(key, study, state)
+            cached = self._studies.get(folder)
+            if cached is not None and cached[0] is state.study:
+                return cached[1], state
+        study = study_of(folder, state)
+        with self._lock:
+            self._studies[folder] = (state.study, study)
         return study, state
 
     def studies(self) -> list[dict[str, Any]]:
