@@ -24,7 +24,6 @@ from autoresearch.journal.journal import (
     HEARTBEAT_S,
     Journal,
     StudyState,
-    Trial,
     TrialStatus,
     replay,
 )
@@ -32,9 +31,10 @@ from autoresearch.loop import budgets
 from autoresearch.loop.launcher import TrialLauncher
 from autoresearch.loop.mirror import StudyMirror
 from autoresearch.loop.prior import with_base_job
-from autoresearch.loop.trials import build_request, noise_repeat, trial_command
+from autoresearch.loop.slots import SlotFilling
+from autoresearch.loop.trials import build_request, trial_command
 from autoresearch.loop.watch import STUDY_ENDING, TrialWatch
-from autoresearch.proposers import ProposalRequest, Proposer, make_proposer, suggest
+from autoresearch.proposers import Proposer, make_proposer
 from autoresearch.report.summary import budget_warning
 from autoresearch.study.folder import (
     LOOP_LOG,
@@ -71,7 +71,7 @@ class LoopResult:
     state: StudyState
 
 
-class StudyLoop(TrialLauncher, TrialWatch):
+class StudyLoop(TrialLauncher, TrialWatch, SlotFilling):
     """Runs one study in one folder. ``run()`` returns when a budget is spent or a stop is
     requested; it raises on a study that cannot go on (a bad metric, a refused API key)."""
 
@@ -292,90 +292,6 @@ class StudyLoop(TrialLauncher, TrialWatch):
             except NotFound:
                 infos = {}
 
-    # --- slots and launches ---
-
-    def _free_slots(self) -> int:
-        active = len(self._active())
-        slots = budgets.trial_slots(self.study, self.state, active, len(self._unlaunched()))
-        if slots <= 0:
-            return 0
-        if self.gpus_per_trial > 0:
-            free = [
-                g
-                for g in self.client.gpus()
-                if g.health == "ok" and not g.cordoned and not g.job_ids
-            ]
-            fit = len(free) // self.gpus_per_trial
-            slots = min(slots, fit if active else max(fit, 1))
-        return max(slots, 0)
-
-    def _unlaunched(self) -> list[Trial]:
-        return self.state.by_status(TrialStatus.PROPOSED)
-
-    def _fill(self) -> int:
-        """Launch as many trials as there are free slots; returns how many were launched."""
-        slots = self._free_slots()
-        if slots <= 0:
-            return 0
-        if not budgets.fits_wall_time(self.study, self.state, time.time()):
-            self.soft_stop = "budget:wall_time_min"
-            self.log("not launching more: a trial would not finish within the wall time left")
-            return 0
-        launched = 0
-        for t in self._unlaunched()[:slots]:
-            self._launch(t)
-            launched += 1
-        slots -= launched
-        study = self.study
-        while slots > 0 and 0 not in self.state.trials:
-            # Trial 0 even when prior jobs (api.start_study's prior_jobs) took the next numbers.
-            self._propose_fixed("baseline", {}, study.base_config, "the base config", number=0)
-            self._launch(self.state.trials[0])
-            launched, slots = launched + 1, slots - 1
-        noise_done = sum(1 for t in self.state.trials.values() if t.source == "noise")
-        while slots > 0 and noise_done < study.noise.repeats:
-            noise_done += 1
-            config, why = noise_repeat(study, noise_done)
-            number = self._propose_fixed("noise", {}, config, why)
-            self._launch(self.state.trials[number])
-            launched, slots = launched + 1, slots - 1
-        if slots <= 0:
-            return launched
-        request = self._request(slots)
-        assert self._proposer is not None
-        result = suggest(self._proposer, request)
-        for kind, fields in result.events:
-            self.emit(kind, **fields)
-        for p in result.proposals:
-            number = self.state.next_number
-            self.emit(
-                "proposal",
-                trial=number,
-                source=p.source,
-                diff=p.diff,
-                config=study.config_for(p.diff),
-                rationale=p.rationale,
-                **_code_fields(p),
-            )
-            self._launch(self.state.trials[number])
-            launched += 1
-        if result.stop_reason:
-            self.soft_stop = result.stop_reason
-            self.log(f"not launching more: {result.stop_reason}")
-        elif not result.proposals and not self._active():
-            self.soft_stop = "search space exhausted"
-        return launched
-
-    def _propose_fixed(
-        self, source: str, diff: dict, config: dict, why: str, number: int | None = None
-    ) -> int:
-        number = self.state.next_number if number is None else number
-        self.emit("proposal", trial=number, source=source, diff=diff, config=config, rationale=why)
-        return number
-
-    def _request(self, n: int, purpose: str = "propose") -> ProposalRequest:
-        return build_request(self.study, self.state, n, purpose, now=time.time(), code=self.code)
-
     # --- budgets and stops ---
 
     def _check_stops(self) -> None:
@@ -411,13 +327,6 @@ class StudyLoop(TrialLauncher, TrialWatch):
             self.mirror.report(paths["report"])
         except Exception as exc:
             self.emit("warning", message=f"report failed: {str(exc)[:200]}")
-
-
-def _code_fields(p: Any) -> dict[str, Any]:
-    """A proposal's code fields for the journal (none for a config-only trial)."""
-    if p.patch is None and p.parent is None:
-        return {}
-    return {"patch": p.patch, "parent": p.parent, "patch_summary": p.patch_summary}
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
