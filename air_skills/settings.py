@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from air_skills import settings_page
 from air_skills.errors import InvalidInput
 
 
@@ -403,72 +404,18 @@ def _parse(s: Setting, text: str) -> Any:
     return value
 
 
-def _default_text(s: Setting) -> str:
-    if s.default_text:
-        return s.default_text
-    return f"`{s.default:g}`" if isinstance(s.default, float) else f"`{s.default}`"
-
-
 def _invalid(s: Setting, text: str) -> InvalidInput:
     return InvalidInput(
         f"{s.name}={text!r} is not {s.form}",
-        hint=f"set {s.name} to {s.form}, or unset it (default: {_default_text(s)})",
+        hint=f"set {s.name} to {s.form}, or unset it (default: {settings_page.default_text(s)})",
         variable=s.name,
         value=text,
     )
 
 
-def markdown_table() -> str:
-    """The settings as a Markdown table (docs/configuration.md holds it)."""
-    rows = [
-        "| variable | type | default | meaning | valid values |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for s in _TABLE:
-        form = s.form or "any text"
-        rows.append(f"| `{s.name}` | {s.kind} | {_default_text(s)} | {s.meaning} | {form} |")
-    return "\n".join(rows)
-
-
-_PAGE_HEAD = """\
-# Configuration
-
-Every environment variable that AIR Skills reads, with its default and meaning. Each is parsed
-and checked in one place, `air_skills/settings.py`; this page is generated from it
-(`python -m air_skills.settings > docs/configuration.md`), and a test fails when the code reads a
-variable that is not listed here.
-
-A bad value of a checked variable is a clean error that names the variable, the value and the
-valid form, for example:
-
-```
-$ AIR_MAX_INFRA_RETRIES=three air ls
-[invalid-input] AIR_MAX_INFRA_RETRIES='three' is not a whole number >= 0
-Next: set AIR_MAX_INFRA_RETRIES to a whole number >= 0, or unset it (default: `3`)
-```
-
-An empty value counts as unset. The supervisor of a job reads these variables from the
-environment the job was launched from.
-
-## Variables you set
-"""
-
-_PAGE_JOB = """
-## Variables every job receives
-
-The local supervisor and the Ray entrypoint set these for the job's command (with
-`CUDA_VISIBLE_DEVICES` and the MLflow variables `MLFLOW_TRACKING_URI`, `MLFLOW_RUN_ID` and
-`MLFLOW_EXPERIMENT_ID`). The toolkit writes them and never reads them back.
-
-| variable | meaning |
-| --- | --- |
-"""
-
-
 def markdown_page() -> str:
-    """docs/configuration.md, whole."""
-    job = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in JOB_ENV.items())
-    return _PAGE_HEAD + "\n" + markdown_table() + "\n" + _PAGE_JOB + job + "\n"
+    """docs/configuration.md, whole (air_skills/settings_page.py writes it from the table)."""
+    return settings_page.markdown_page(_TABLE, JOB_ENV)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""docs/configuration.md, written from the settings table (``python -m air_skills.settings``
+prints it) in Markdown; stdlib only. It takes the table as an argument: air_skills/settings.py
+imports this module, never the other way round."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+
+class Documented(Protocol):
+    """What the page shows of a setting (air_skills.settings.Setting has it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def default(self) -> Any: ...
+    @property
+    def meaning(self) -> str: ...
+    @property
+    def form(self) -> str: ...
+    @property
+    def default_text(self) -> str: ...
+
+
+def default_text(s: Documented) -> str:
+    """A setting's default as the docs (and a bad value's hint) say it."""
+    if s.default_text:
+        return s.default_text
+    return f"`{s.default:g}`" if isinstance(s.default, float) else f"`{s.default}`"
+
+
+def markdown_table(table: Iterable[Documented]) -> str:
+    """The settings as a Markdown table (docs/configuration.md holds it)."""
+    rows = [
+        "| variable | type | default | meaning | valid values |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for s in table:
+        form = s.form or "any text"
+        rows.append(f"| `{s.name}` | {s.kind} | {default_text(s)} | {s.meaning} | {form} |")
+    return "\n".join(rows)
+
+
+_PAGE_HEAD = """\
+# Configuration
+
+Every environment variable that AIR Skills reads, with its default and meaning. Each is parsed
+and checked in one place, `air_skills/settings.py`; this page is generated from it
+(`python -m air_skills.settings > docs/configuration.md`), and a test fails when the code reads a
+variable that is not listed here.
+
+A bad value of a checked variable is a clean error that names the variable, the value and the
+valid form, for example:
+
+```
+$ AIR_MAX_INFRA_RETRIES=three air ls
+[invalid-input] AIR_MAX_INFRA_RETRIES='three' is not a whole number >= 0
+Next: set AIR_MAX_INFRA_RETRIES to a whole number >= 0, or unset it (default: `3`)
+```
+
+An empty value counts as unset. The supervisor of a job reads these variables from the
+environment the job was launched from.
+
+## Variables you set
+"""
+
+_PAGE_JOB = """
+## Variables every job receives
+
+The local supervisor and the Ray entrypoint set these for the job's command (with
+`CUDA_VISIBLE_DEVICES` and the MLflow variables `MLFLOW_TRACKING_URI`, `MLFLOW_RUN_ID` and
+`MLFLOW_EXPERIMENT_ID`). The toolkit writes them and never reads them back.
+
+| variable | meaning |
+| --- | --- |
+"""
+
+
+def markdown_page(table: Iterable[Documented], job_env: Mapping[str, str]) -> str:
+    """docs/configuration.md, whole: the settings ``table`` and the variables every job gets."""
+    job = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in job_env.items())
+    return _PAGE_HEAD + "\n" + markdown_table(table) + "\n" + _PAGE_JOB + job + "\n"
