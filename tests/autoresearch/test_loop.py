@@ -172,16 +172,17 @@ def test_early_stopping_prunes_and_failures_keep_the_log(study_home: Path, tmp_p
         early_stopping={"type": "median", "min_steps": 1, "min_trials": 2},
     )
     data["search_space"]["fail"] = {"type": "choice", "values": [False, True]}
-    # The trial to prune runs ten times longer than the others, so that on a loaded machine the
-    # rule has time to act before it ends: what is checked is that it was stopped, not a race.
-    data["search_space"]["steps"] = {"type": "choice", "values": [6, 60]}
+    # The trial to prune takes its 6 steps ten times slower than the others, so that on a loaded
+    # machine the rule has time to act before it ends: what is checked is that it was stopped,
+    # not a race. (Its steps stay 6: the rule compares trials at the steps they share.)
+    data["search_space"]["sleep_s"] = {"type": "choice", "values": [0.4, 4.0]}
     data["objective"]["step_metric"] = "loss"
     study = parse_study(data)
     proposer = ScriptedProposer(
         [
             {"x": 0.3, "y": 0.6},  # the best
             {"fail": True},  # crashes after its first step
-            {"x": -1.0, "y": -1.0, "steps": 60},  # far worse all along: pruned
+            {"x": -1.0, "y": -1.0, "sleep_s": 4.0},  # far worse all along: pruned
         ]
     )
     folder = tmp_path / "study"
@@ -194,7 +195,7 @@ def test_early_stopping_prunes_and_failures_keep_the_log(study_home: Path, tmp_p
 
     client = Client()
     for t in st.ordered()[3:]:
-        assert t.steps is not None and 1 <= t.steps < 60
+        assert t.steps is not None and 1 <= t.steps < 6
         assert "worse than the median" in (t.failure or "")
         assert client.get(t.job_id).status.value == "CANCELLED"
         assert t.decision == "pruned"
