@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from air_skills.errors import AirError, InvalidState, NotFound, render_json
 from autoresearch.web.data import StudyIndex
 from autoresearch.web.events import study_events
+from autoresearch.web.gz import Replies
 from autoresearch.web.page import page_html
 
 COOKIE = "air_study_token"
@@ -123,14 +124,23 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
     """The ASGI app serving ``index``'s studies (``token``: the stop action's, and every
     request's beyond loopback)."""
     can_stop = token is not None
+    replies = Replies()  # made and gzipped once per version
 
     def page(request: Request) -> Response:
-        # a study's page carries its view: the first paint needs no second request
-        # (its live part may be a few seconds old: the event stream brings the rest at once)
+        # a study's page carries its view (a big study's first screen): the first paint needs
+        # no second request (its live part may be a few seconds old: the event stream brings
+        # the rest at once)
         key = request.path_params.get("key")
-        got = index.view_json(key, clock_ok=True) if key else None
-        initial = got[1].decode() if got else None
-        return HTMLResponse(page_html({"mode": "live", "canStop": can_stop}, initial=initial))
+        parts = index.view_parts(key, clock_ok=True) if key else None
+        config = {"mode": "live", "canStop": can_stop}
+        if parts is None:
+            return HTMLResponse(page_html(config))
+
+        def make() -> bytes:
+            assert parts is not None
+            return page_html(config, initial=parts.first_screen().decode()).encode()
+
+        return replies.reply(request, ("page", key, parts.version), make, "text/html")
 
     def studies(request: Request) -> Response:
         return _json({"studies": index.studies()})
@@ -147,7 +157,9 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers={"etag": etag})
         headers = {"etag": etag, "cache-control": "no-cache"}
-        return Response(got[1], headers=headers, media_type="application/json")
+        body = got[1]
+        return replies.reply(request, ("view", key, got[0]), lambda: body, "application/json",
+                             headers)  # fmt: skip
 
     def events(request: Request) -> Response:
         key = request.path_params["key"]

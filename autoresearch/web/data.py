@@ -26,6 +26,7 @@ from autoresearch.report.report import best_so_far, study_of
 from autoresearch.report.summary import _decision, summarize
 from autoresearch.study.folder import loop_alive
 from autoresearch.study.study import STUDIES_DIR, Study
+from autoresearch.web.first import FIRST, first_static
 from autoresearch.web.live import LIVE_KEYS, diff_text, duration_s, live_part
 
 LIVE_CURVE_TTL_S = 1.0
@@ -116,6 +117,7 @@ class ViewParts:
     live_body: bytes = b"{}"
     version: str = ""
     body: bytes = b"{}"
+    first_static: bytes | None = None  # a big study's first screen (first.py); None: small
 
     def with_live(self, live: dict[str, Any]) -> ViewParts:
         live_body = json.dumps(live, default=str, separators=(",", ":")).encode()
@@ -126,6 +128,16 @@ class ViewParts:
         )  # fmt: skip
         return ViewParts(**{**self.__dict__, "live_at": time.monotonic(),
                             "live_body": live_body, "version": version, "body": body})  # fmt: skip
+
+    def first_screen(self) -> bytes:
+        """The view for a page's first paint: a big study's first rows and chart points, at a
+        version of its own (the page's event stream then sends the whole view)."""
+        if self.first_static is None:
+            return self.body
+        version = (FIRST + self.version).encode()
+        return b"".join(
+            (b'{"version":"', version, b'",', self.first_static[1:-1], b",", self.live_body[1:])
+        )
 
     def live_event(self) -> bytes:
         """The live part with the whole view's version: what a page needs when only it moved."""
@@ -358,6 +370,7 @@ def static_parts(
     static = {k: v for k, v in view.items() if k not in LIVE_KEYS}
     body = json.dumps(static, default=str, separators=(",", ":")).encode()
     return ViewParts(
+        first_static=first_static(static),
         stamp=stamp,
         static_version=hashlib.sha1(body).hexdigest()[:16],
         static_body=body,

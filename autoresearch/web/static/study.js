@@ -41,15 +41,22 @@
   }
 
   // --- the best-so-far chart (SVG) -----------------------------------------------------------
+  // each trial as the chart draws it: [n, value, kind] (kind: p pruned, b a baseline run,
+  // k kept, o other; an "x" after it: failed). A big study's first screen brings them so.
+  const kindOf = (t) => (t.status === "PRUNED" ? "p" : t.source === "baseline" || t.source === "noise" ? "b"
+    : t.decision === "keep" ? "k" : "o") + (t.status === "FAILED" ? "x" : "");
+  const COLOUR = { p: "#ea580c", b: "#6b7280", k: "#16a34a", o: "#2563eb" };
+
   function chart(v) {
     const W = 760, H = 300, L = 56, R = 12, T = 12, B = 28;
-    const pts = v.trials.filter((t) => t.value != null && isFinite(t.value));
+    const marks = v.points || v.trials.map((t) => [t.n, t.value, kindOf(t)]);
+    const pts = marks.filter((m) => m[1] != null && isFinite(m[1]));
     if (!pts.length) return `<p class=muted>no trial has reported ${esc(v.objective.metric)} yet</p>`;
     const band = v.noise.floor || 0;
-    const ys = pts.map((t) => t.value).concat(v.best_so_far.map((p) => p[1] + band), v.best_so_far.map((p) => p[1] - band));
+    const ys = pts.map((m) => m[1]).concat(v.best_so_far.map((p) => p[1] + band), v.best_so_far.map((p) => p[1] - band));
     let y0 = Math.min(...ys), y1 = Math.max(...ys);
     if (y0 === y1) { y0 -= 1; y1 += 1; }
-    const n = Math.max(1, ...v.trials.map((t) => t.n));
+    const n = Math.max(1, ...marks.map((m) => m[0]));
     const X = (x) => L + (x / n) * (W - L - R), Y = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
     let s = `<svg id=chart viewBox="0 0 ${W} ${H}" width="100%" role=img aria-label="objective per trial" data-x0=${L} data-x1=${W - R} data-w=${W} data-n=${n}>`;
     for (let i = 0; i <= 4; i++) {
@@ -71,16 +78,13 @@
     }
     // the dots as one path per colour (a zero-length segment, round caps): 1,000 trials are
     // a handful of elements to lay out and paint, not 1,000
-    const dots = {}, r = v.trials.length > 300 ? 2 : 3.5;
-    for (const t of pts) {
-      const c = t.status === "PRUNED" ? "#ea580c" : t.source === "baseline" || t.source === "noise" ? "#6b7280" : t.decision === "keep" ? "#16a34a" : "#2563eb";
-      (dots[c] ||= []).push(`M${X(t.n).toFixed(1)},${Y(t.value).toFixed(1)}h0`);
-    }
+    const dots = {}, r = marks.length > 300 ? 2 : 3.5;
+    for (const [x, y, k] of pts) (dots[COLOUR[k[0]]] ||= []).push(`M${X(x).toFixed(1)},${Y(y).toFixed(1)}h0`);
     for (const [c, d] of Object.entries(dots))
       s += `<path class=pts data-count=${d.length} d="${d.join("")}" stroke="${c}" stroke-width=${2 * r} stroke-linecap=round fill=none />`;
-    const failed = v.trials.filter((t) => t.status === "FAILED");
+    const failed = marks.filter((m) => m[2].endsWith("x"));
     if (failed.length)
-      s += `<path class=failed data-count=${failed.length} d="${failed.map((t) => `M${X(t.n) - 4},${H - B}L${X(t.n) + 4},${H - B}L${X(t.n)},${H - B - 7}Z`).join("")}" fill="#dc2626" />`;
+      s += `<path class=failed data-count=${failed.length} d="${failed.map(([x]) => `M${X(x) - 4},${H - B}L${X(x) + 4},${H - B}L${X(x)},${H - B - 7}Z`).join("")}" fill="#dc2626" />`;
     return s + "</svg><div id=charttip class=muted>&nbsp;</div><div class=muted>dots: trials (green: kept, grey: baseline runs, orange: pruned, red: failed) · line: best so far · band: noise floor</div>";
   }
 
@@ -102,6 +106,7 @@
 
   // --- the study page ----------------------------------------------------------------------
   function skeleton(v) {
+    drawn = { html: null, above: 0, below: 0 }; // a new table
     app.innerHTML = `<p>${AIR.mode === "live" ? '<a href="/">← all studies</a>' : ""}</p>
       <h1 id=title></h1><div id=notes></div><div class=cards id=cards></div>
       <div class=grid2><div class=panel id=chartbox></div>
@@ -162,9 +167,11 @@
       <td>${dur(t.duration_s)}</td><td title="GPU-h ${num(t.gpu_hours, 3)}, LLM ${usd(t.llm_usd)}">${usd(t.usd)}</td>
       <td>${esc(t.hardware)}</td><td>${t.mlflow ? `<a href="${esc(t.mlflow)}" target=_blank rel=noopener>run</a>` : ""}</td></tr>`;
 
-  // The table draws only the rows in view (one line each): 1,000 trials cost what 40 do.
-  const BUFFER_ROWS = 15, VIEW_PX = 520; // .table-wrap's max-height in study.css
+  // The table draws only the rows in view (one line each): 1,000 trials cost what 30 do. Each
+  // row drawn costs layout and paint on the first screen: a few beyond the view, not 15.
+  const BUFFER_ROWS = 5, VIEW_PX = 520; // .table-wrap's max-height in study.css
   let tableRows = [], rowH = 28, measured = false; // 28 px: the CSS's row height
+  let drawn = { html: null, above: 0, below: 0 }; // the rows in the table's body now
 
   function renderTable(v) {
     const key = ui.sort;
@@ -176,7 +183,8 @@
       const c = x == null ? 1 : y == null ? -1 : typeof x === "number" ? x - y : String(x).localeCompare(String(y));
       return ui.asc ? c : -c;
     });
-    document.getElementById("shown").textContent = `${rows.length} of ${v.trials.length} trials`;
+    document.getElementById("shown").textContent = v.trials_total // a first screen: the rest comes
+      ? `the first ${rows.length} of ${v.trials_total} trials (loading the rest)` : `${rows.length} of ${v.trials.length} trials`;
     document.querySelectorAll("#trials th").forEach((th) => { th.className = th.dataset.k === key ? "sorted" + (ui.asc ? " asc" : "") : ""; });
     tableRows = rows;
     drawWindow();
@@ -192,7 +200,13 @@
     const first = Math.max(0, Math.min(Math.floor(ui.scrollTop / rowH), tableRows.length - inView) - BUFFER_ROWS);
     const last = Math.min(tableRows.length, first + inView + 2 * BUFFER_ROWS);
     const gap = (n) => (n > 0 ? `<tr class=gap style="height:${n * rowH}px"><td colspan=${COLS.length}></td></tr>` : "");
-    body.innerHTML = gap(first) + tableRows.slice(first, last).map(rowHtml).join("") + gap(tableRows.length - last);
+    const html = tableRows.slice(first, last).map(rowHtml).join(""), above = first, below = tableRows.length - last;
+    if (html === drawn.html && !above === !drawn.above && !below === !drawn.below) {
+      // the same rows (a big study's whole view after its first screen): only the gaps move
+      if (above) body.firstElementChild.style.height = `${above * rowH}px`;
+      if (below) body.lastElementChild.style.height = `${below * rowH}px`;
+    } else body.innerHTML = gap(above) + html + gap(below);
+    drawn = { html, above, below };
     const one = measured ? null : body.querySelector("tr.trial");
     if (one) {
       measured = true; // once, after the first paint: the gaps then match the rows exactly
@@ -253,7 +267,7 @@
         if (r) { t.duration_s = r.duration_s; t.usd = r.usd; t.gpu_hours = r.gpu_hours; }
       }
     }
-    const done = v.trials.filter((t) => ["SUCCEEDED", "FAILED", "PRUNED", "CANCELLED"].includes(t.status)).length;
+    const k = v.counts, done = k.succeeded + k.failed + k.pruned + k.cancelled;
     document.getElementById("cards").innerHTML = [
       ["trials done / budget", `${done} / ${b.trials.limit}`],
       [`best ${esc(v.objective.metric)} (${esc(v.objective.direction)})`, best ? `${num(best.value)} <span class=muted>trial ${best.trial}</span>` : "—"],
@@ -298,8 +312,13 @@
 
   function showView(v) {
     if (v.version === ui.version) return;
-    ui.version = v.version; renderStudy(v);
+    const rest = ui.version === FIRST + v.version; // the whole view of the first screen shown
+    ui.version = v.version;
+    if (!rest) { renderStudy(v); return; }
+    current = v; renderTable(v); // the rest of the table: the chart and all else are drawn
+    window.AIR_RENDERED = { version: v.version, at_ms: performance.now() };
   }
+  const FIRST = "first-"; // a first screen's version (web/first.py)
 
   function listen(key) {
     const url = `/api/studies/${encodeURIComponent(key)}/events?version=${encodeURIComponent(ui.version || "")}`;
@@ -348,7 +367,12 @@
     const first = block ? JSON.parse(block.textContent) : null;
     if (block) block.remove();
     if (first && first.key === key) showView(first);
-    if (window.EventSource) listen(key); else poll(key, -Infinity);
+    const go = () => { if (!live.mode) window.EventSource ? listen(key) : poll(key, -Infinity); };
+    if (!first) return go();
+    // after the first paint: a big study's whole view, which the stream brings, must not
+    // hold it up (and a tab in the background, with no frames, still starts within 1 s)
+    requestAnimationFrame(() => setTimeout(go, 0));
+    setTimeout(go, 1000);
   }
   start();
 })();

@@ -165,6 +165,46 @@ def test_the_event_stream_sends_the_view_when_the_journal_changes(studies: Path)
         assert http(base + "/api/studies/nope/events")[0] == 404
 
 
+def test_a_big_study_s_page_inlines_its_first_screen_and_its_stream_the_rest(
+    tmp_path: Path,
+) -> None:
+    import gzip
+    import re
+    import urllib.request
+
+    write_journal(tmp_path / "studies" / "big", 300, name="big")
+    with serving(tmp_path / "studies") as base:
+        status, _, html = http(base + "/studies/big")
+        block = re.search(rb"<script id=air-initial type=application/json>(.*?)</script>", html)
+        assert status == 200 and block is not None
+        first = json.loads(block.group(1))
+        status, headers, raw = http(base + "/api/studies/big")
+        whole = json.loads(raw)
+        assert first["version"] == "first-" + whole["version"]  # not the whole view's
+        assert [t["n"] for t in first["trials"]] == list(range(40))  # the rows at the top
+        assert first["trials"] == whole["trials"][:40] and first["trials_total"] == 300
+        assert [p[0] for p in first["points"]] == list(range(300))  # the chart: every trial
+        kinds = {p[2] for p in first["points"]}
+        assert {"b", "k", "o"} <= kinds and "ox" in kinds  # baseline, kept, other; failed
+        assert first["counts"] == whole["counts"] and first["lineage"] == whole["lineage"]
+        assert len(html) < len(raw) / 2  # 300 trials; 1,000: ~110 KB of ~600 KB
+        # the page's event stream, asked from the first screen's version, sends the whole view
+        url = f"{base}/api/studies/big/events?version={first['version']}"
+        with urllib.request.urlopen(url, timeout=30) as stream:
+            name, view = _next_event(stream)
+        assert name == "view" and view == whole
+
+        # gzip for a client that takes it, the same bytes unzipped; none for one that does not
+        got = http(base + "/api/studies/big", headers={"Accept-Encoding": "gzip, br"})
+        assert got[0] == 200 and got[1]["content-encoding"] == "gzip"
+        assert gzip.decompress(got[2]) == raw and len(got[2]) < len(raw) / 3
+        assert "content-encoding" not in {k.lower() for k in headers}
+        refused = http(base + "/api/studies/big", headers={"Accept-Encoding": "gzip;q=0"})
+        assert refused[2] == raw
+        page = http(base + "/studies/big", headers={"Accept-Encoding": "gzip"})
+        assert page[1]["content-encoding"] == "gzip" and gzip.decompress(page[2]) == html
+
+
 def test_the_demo_page_serves_from_a_thread_and_moves_to_a_free_port(studies: Path) -> None:
     from autoresearch.web.serve import BackgroundPage
 
