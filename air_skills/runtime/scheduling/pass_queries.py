@@ -14,6 +14,7 @@ PASS_COLUMNS = (
     "job_id, seq, gpus_requested, priority, preemptible, created_at, started_at, project,"
     " borrowing, stop_request, gpus, message, supervisor_pid, supervisor_start, job_class,"
     " json_extract(spec, '$.timeout_min') AS timeout_min, json_extract(spec, '$.cpus') AS want_cpus"
+    ", coalesce(json_extract(spec, '$.track'), 1) AS track"
 )
 
 

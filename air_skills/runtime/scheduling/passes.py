@@ -227,7 +227,7 @@ def run_pass(
         result.caller_job = waiting.pop(0)
         store.set_supervisor(result.caller_job, *caller, c=c)
     for job_id in waiting:  # an idle supervisor starts a job at once: no process to create
-        idle = store.claim_idle(c, _supervisor_alive)
+        idle = store.claim_idle(c, _supervisor_alive, tracked=bool(queued[job_id]["track"]))
         if idle is None:
             break
         store.set_supervisor(job_id, *idle, c=c)

@@ -22,17 +22,27 @@ class PoolStore(Database):
 
     # --- idle supervisors: one whose job ended waits a while to run the next ---------------
 
-    def add_idle(self, pid: int, start: str, limit: int) -> bool:
-        """Join the idle list, unless ``limit`` supervisors are idle already."""
+    def add_idle(self, pid: int, start: str, limit: int, tracking: bool = False) -> bool:
+        """Join the idle list, unless ``limit`` supervisors are idle already (``pid`` aside).
+
+        ``tracking``: it has MLflow loaded (a tracked job's run and relay need no import).
+        """
         with self.tx() as c:
-            (idle,) = c.execute("SELECT count(*) FROM idle_supervisors").fetchone()
+            (idle,) = c.execute(
+                "SELECT count(*) FROM idle_supervisors WHERE pid!=?", (pid,)
+            ).fetchone()
             if idle >= limit:
                 return False
             c.execute(
-                "INSERT OR REPLACE INTO idle_supervisors (pid, start, since) VALUES (?,?,?)",
-                (pid, start, time.time()),
+                "INSERT OR REPLACE INTO idle_supervisors (pid, start, since, tracking)"
+                " VALUES (?,?,?,?)",
+                (pid, start, time.time(), int(tracking)),
             )
             return True
+
+    def idle_tracking(self) -> int:
+        """How many idle supervisors have MLflow loaded."""
+        return self.read("SELECT count(*) FROM idle_supervisors WHERE tracking=1")[0][0]
 
     def remove_idle(self, pid: int) -> bool:
         """Leave the idle list. False if a pass took this supervisor first: it has a job."""
@@ -40,16 +50,24 @@ class PoolStore(Database):
             return bool(c.execute("DELETE FROM idle_supervisors WHERE pid=?", (pid,)).rowcount)
 
     def claim_idle(
-        self, c: sqlite3.Connection, alive: Callable[[int, str], bool] | None = None
+        self,
+        c: sqlite3.Connection,
+        alive: Callable[[int, str], bool] | None = None,
+        tracked: bool = False,
     ) -> tuple[int, str] | None:
         """Take an idle supervisor that is still alive (the most recently idle), in a pass.
 
-        ``alive(pid, start)``: the liveness check (default: proc.alive).
+        ``alive(pid, start)``: the liveness check (default: proc.alive). ``tracked``: the job
+        has an MLflow run; one with MLflow loaded goes first (its run and a sandboxed job's
+        metric relay need no import: seconds), and an untracked job leaves those to others.
         """
         if alive is None:
             from air_skills.runtime.process.proc import alive
 
-        rows = c.execute("SELECT pid, start FROM idle_supervisors ORDER BY since DESC").fetchall()
+        rows = c.execute(
+            "SELECT pid, start FROM idle_supervisors ORDER BY tracking=? DESC, since DESC",
+            (int(tracked),),
+        ).fetchall()
         for row in rows:
             c.execute("DELETE FROM idle_supervisors WHERE pid=?", (row["pid"],))
             if alive(row["pid"], row["start"]):

@@ -88,7 +88,8 @@ CREATE TABLE IF NOT EXISTS settings (
 CREATE TABLE IF NOT EXISTS idle_supervisors (
     pid INTEGER PRIMARY KEY,
     start TEXT NOT NULL,
-    since REAL NOT NULL
+    since REAL NOT NULL,
+    tracking INTEGER NOT NULL DEFAULT 0
 );
 -- MLflow runs made ahead of time (runs/spare_runs.py): a launch claims one, no MLflow needed.
 CREATE TABLE IF NOT EXISTS spare_runs (
@@ -132,7 +133,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS trial_claims_key ON trial_claims(study, trial_
 
 
 RUN_KEYS_SINCE = 9  # the version that added jobs.run_key (store/dedup.py)
-SCHEMA_VERSION = 10  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 11  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

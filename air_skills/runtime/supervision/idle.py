@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -22,6 +23,10 @@ from air_skills.runtime.store.store import Store
 # With no job to run, a supervisor waits this long for a pass to hand it one (no process to
 # create then: the job starts at once); 0 to exit at once.
 LINGER_S = settings.get("AIR_SUPERVISOR_LINGER_S")
+# An idle supervisor without MLflow loads it after waiting this long for a job, when no other
+# idle one has it: a tracked job handed to one without it waits seconds for its run (and a
+# sandboxed job's metrics for their relay), while a quick stream of untracked jobs is left be.
+PRELOAD_AFTER_S = 5.0
 
 
 def wait_for_job(
@@ -51,25 +56,53 @@ def wait_for_job(
     gc.collect()
     gc.freeze()
     # As many wait as could be handed a job at once; more would only hold memory.
-    if not store.add_idle(me, proc.own_start(), len(gpu_indices()) + cpu_slots()):
+    limit = len(gpu_indices()) + cpu_slots()
+    if not store.add_idle(me, proc.own_start(), limit, tracking_loaded()):
         return None
     deadline = time.monotonic() + linger_s
+    preload = None if tracking_loaded() else time.monotonic() + PRELOAD_AFTER_S
     while True:
         row = pass_queries.given_job(store.read, me, store.home)
         if row is not None:
             return row
-        left = deadline - time.monotonic()
-        if left <= 0 or stop.is_set():
-            if store.remove_idle(me):
+        now = time.monotonic()
+        left = deadline - now
+        wanted = (
+            left > 0
+            and not stop.is_set()
+            and preload is not None
+            and now >= preload
+            and store.idle_tracking() == 0
+        )
+        if left <= 0 or stop.is_set() or wanted:
+            if not store.remove_idle(me):
+                # Off the list already: a pass took this process, its job committed with that.
+                return pass_queries.given_job(store.read, me, store.home)
+            if not wanted:
                 return None
-            # Off the list already: a pass took this process, its job committed with that.
-            return pass_queries.given_job(store.read, me, store.home)
-        signals.wait_readable([], left)
+            # Off the list while MLflow loads (a job handed over meanwhile would wait for the
+            # import), back on it with MLflow loaded: the next tracked job's relay is quick.
+            preload = None
+            load_tracking(store.home)
+            gc.collect()
+            gc.freeze()
+            if not store.add_idle(me, proc.own_start(), limit, tracking_loaded()):
+                return None
+            continue
+        if preload is not None and now >= preload:  # another idle one has it: ask again later
+            preload = now + PRELOAD_AFTER_S
+        signals.wait_readable([], left if preload is None else min(left, preload - now))
+
+
+def tracking_loaded() -> bool:
+    """Whether this process has MLflow loaded (a job's run, or load_tracking, imported it)."""
+    return "mlflow.tracking" in sys.modules
 
 
 def load_tracking(home: Path) -> None:
-    """Load MLflow and open the home's store before waiting as a supervisor started ahead:
-    its first job's run (job_run) and metric relay would otherwise wait seconds for them."""
+    """Load MLflow and open the home's store before waiting (a supervisor started ahead, or
+    one idle a while): its next job's run (job_run) and metric relay would otherwise wait
+    seconds for them."""
     try:
         from air_skills.tracking.mlflow import MlflowTracker, tracking_uri
 
