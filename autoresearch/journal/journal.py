@@ -88,6 +88,12 @@ class Trial:
         """A trial judged against the best (not a run of the base config, not a re-run)."""
         return not self.is_noise and self.source != "confirm"
 
+    def copy(self) -> Trial:
+        """A shallow copy (a third of ``copy.copy``'s time: a fork copies every trial)."""
+        out = Trial.__new__(Trial)
+        out.__dict__.update(self.__dict__)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["status"] = self.status.value
@@ -365,7 +371,7 @@ class StudyState:
         """A copy that events can be applied to while this one stays as it is (its trials
         copied, shallowly: ``apply`` only assigns their fields)."""
         out = copy.copy(self)
-        out.trials = {n: copy.copy(t) for n, t in self.trials.items()}
+        out.trials = {n: t.copy() for n, t in self.trials.items()}
         out.tampered = dict(self.tampered)
         out.warnings, out.skipped = list(self.warnings), list(self.skipped)
         out._round = list(self._round)

@@ -18,22 +18,22 @@ from typing import Any
 
 from air_skills.errors import AirError
 from autoresearch.code.code_check import chain_of
-from autoresearch.journal.journal import JOURNAL, StudyState, Trial
+from autoresearch.journal.journal import JOURNAL, StudyState
 from autoresearch.journal.tail import JournalTail
-from autoresearch.report.cost import Pricing, study_cost, trial_cost
-from autoresearch.report.hardware import hardware_note, trial_class
+from autoresearch.report.cost import Pricing, study_cost
+from autoresearch.report.hardware import hardware_note
 from autoresearch.report.report import best_so_far, study_of
-from autoresearch.report.summary import _decision, summarize
+from autoresearch.report.summary import summarize
 from autoresearch.study.folder import loop_alive
 from autoresearch.study.study import STUDIES_DIR, Study
 from autoresearch.web.first import FIRST, first_static
-from autoresearch.web.live import LIVE_KEYS, diff_text, duration_s, live_part
+from autoresearch.web.live import LIVE_KEYS, live_part
+from autoresearch.web.rows import TrialRows
 
 LIVE_CURVE_TTL_S = 1.0
 # While trials run, the live part (curves, durations, dollars) is made again at most this
 # often; the rest of the view only when the journal (or the loop holding it) changes.
 LIVE_TTL_S = 1.0
-MAX_RATIONALE = 300
 
 
 def find_study_dirs(roots: list[Path]) -> list[Path]:
@@ -61,45 +61,6 @@ def default_roots() -> list[Path]:
         names = []
     roots += [f for f in map(registered, names) if f is not None]
     return roots
-
-
-def trial_row(
-    t: Trial, now: float, mlflow: str | None, experiment_id: str | None, pricing: Pricing
-) -> dict[str, Any]:
-    """One row of the trial table."""
-    decision = _decision(t)
-    word, _, reason = (decision or "").partition(": ")
-    confirmed = t.confirmed or {}
-    cost = trial_cost(t, now, pricing)
-    link = None
-    if mlflow and t.run_id:
-        link = f"{mlflow.rstrip('/')}/#/experiments/{experiment_id or 0}/runs/{t.run_id}"
-    return {
-        "n": t.number,
-        "source": t.source,
-        "status": t.status.value,
-        "diff": t.diff,
-        "diff_text": diff_text(t.diff) or "(base)",
-        "value": t.value,
-        "std": confirmed.get("std"),
-        "seeds": confirmed.get("n"),
-        "decision": word or None,
-        "reason": reason or None,
-        "duration_s": duration_s(t, now),
-        "usd": cost["usd"],
-        "gpu_hours": cost["gpu_hours"],
-        "llm_usd": cost["llm_usd"],
-        "hardware": trial_class(t),
-        "job_id": t.job_id,
-        "run_id": t.run_id,
-        "mlflow": link,
-        "parent": t.parent,
-        "code": bool(t.patch) or t.parent is not None,
-        "patch_summary": t.patch_summary,
-        "rationale": (t.rationale or "")[:MAX_RATIONALE],
-        "failure": t.failure,
-        "steps": t.steps,
-    }
 
 
 @dataclass
@@ -158,6 +119,7 @@ class StudyIndex:
     _client: Any = None
     _views: dict[Path, ViewParts] = field(default_factory=dict)
     _build: threading.Lock = field(default_factory=threading.Lock)  # one build at a time
+    _rows: dict[Path, TrialRows] = field(default_factory=dict)  # used inside _build
 
     def folders(self) -> dict[str, Path]:
         """{key: folder}: the key is the study's name (its folder's name when two share one)."""
@@ -252,7 +214,8 @@ class StudyIndex:
                 return cached
             study, state = self.load(folder)
             if not fresh:
-                cached = static_parts(key, folder, study, state, stamp, self.mlflow_url)
+                table = self._rows.setdefault(folder, TrialRows())
+                cached = static_parts(key, folder, study, state, stamp, self.mlflow_url, table)
             assert cached is not None
             live = live_part(state, cached.budget, cached.metric, alive is not None, self)
             parts = cached.with_live(live)
@@ -315,15 +278,19 @@ class StudyIndex:
 
 
 def static_view(
-    key: str, folder: Path, study: Study, state: StudyState, mlflow: str | None = None
+    key: str,
+    folder: Path,
+    study: Study,
+    state: StudyState,
+    mlflow: str | None = None,
+    table: TrialRows | None = None,
 ) -> dict[str, Any]:
     """Everything the study page shows that changes only with the journal (LIVE_KEYS too, as
-    of now: the live part replaces them)."""
+    of now: the live part replaces them); ``table``: the study's rows made before."""
     now = time.time()
     summary = summarize(folder, study, state)
     trials = state.ordered()
-    pricing = Pricing()
-    rows = [trial_row(t, now, mlflow, state.experiment_id, pricing) for t in trials]
+    rows = (table or TrialRows()).rows(trials, now, mlflow, state.experiment_id, Pricing())
     best = summary["best"]
     winning = ""
     if best is not None and state.code_base is not None:
@@ -363,9 +330,15 @@ def static_view(
 
 
 def static_parts(
-    key: str, folder: Path, study: Study, state: StudyState, stamp: tuple, mlflow: str | None
+    key: str,
+    folder: Path,
+    study: Study,
+    state: StudyState,
+    stamp: tuple,
+    mlflow: str | None,
+    table: TrialRows | None = None,
 ) -> ViewParts:
-    view = static_view(key, folder, study, state, mlflow)
+    view = static_view(key, folder, study, state, mlflow, table)
     budget = view["budget"]
     static = {k: v for k, v in view.items() if k not in LIVE_KEYS}
     body = json.dumps(static, default=str, separators=(",", ":")).encode()
