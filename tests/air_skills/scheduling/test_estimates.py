@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import GATED, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.scheduling.scheduler import Inventory, QueuedJob, RunningJob, schedule
@@ -228,8 +228,16 @@ def test_older_home_gains_the_class_column(tmp_path: Path) -> None:
     assert "job_class" in names and "jobs_class_done" in indexes
 
 
-# A job whose length is its config's "s": one class (same command), any duration.
-SLEEPER = "import json, os, time; time.sleep(json.load(open(os.environ['AIR_CONFIG_FILE']))['s'])"
+# A job whose length is its config's "s", or, with "gate", until its gate file is written (each a
+# class of its own: same command, any duration).
+SLEEPER = (
+    "import json, os, time\n"
+    "cfg = json.load(open(os.environ['AIR_CONFIG_FILE']))\n"
+    "gate = os.path.join(os.path.dirname(os.environ['AIR_CONFIG_FILE']), 'gate')\n"
+    "deadline = time.monotonic() + (120 if cfg.get('gate') else cfg['s'])\n"
+    "while time.monotonic() < deadline and not (cfg.get('gate') and os.path.exists(gate)):\n"
+    "    time.sleep(0.05 if cfg.get('gate') else max(0, deadline - time.monotonic()))\n"
+)
 
 
 def test_learned_estimates_never_delay_a_job_past_its_age_limit(
@@ -238,40 +246,53 @@ def test_learned_estimates_never_delay_a_job_past_its_age_limit(
     """Real processes on 2 simulated GPUs. A job whose guessed end is before a blocked 2-GPU
     job's start backfills ahead of it; when that guess is overrun, no other guessed job passes
     the blocked one once it has waited AIR_STARVATION_S: it waits for the jobs already running
-    (one overrun), never for a stream of later guesses."""
+    (one overrun), never for a stream of later guesses. The jobs that hold GPUs end when the
+    test opens their gates, so the order of events does not depend on the machine's speed."""
     monkeypatch.setenv("AIR_SIMULATED_GPUS", "2")
     monkeypatch.setenv("AIR_STARVATION_S", "1.5")
     store = Store(client.home)
 
-    def guessed(s: float) -> str:
-        spec = JobSpec(command=[PY, "-c", SLEEPER], config={"s": s}, gpus=1, track=False)
+    def guessed(config: dict[str, object]) -> str:
+        spec = JobSpec(command=[PY, "-c", SLEEPER], config=config, gpus=1, track=False)
         return client.launch(spec).job_id
 
-    history = [guessed(0.1) for _ in range(3)]
+    def open_gate(job_id: str) -> None:
+        (client.home / "jobs" / job_id / "gate").write_text("")
+
+    history = [guessed({"s": 0.1}) for _ in range(3)]
     infos = client.wait(history, timeout_s=60, any=False)
     assert [i.status for i in infos] == [JobStatus.SUCCEEDED] * len(history)
     with store.tx() as c:
         guess = class_estimates(c, [store.row(history[0]).job_class])
     assert len(guess) == 1  # the class has its own estimate: well under a second or two
+    guess_s = next(iter(guess.values()))
 
-    # 1 GPU held for 3 s, at most 6 s (a time limit); the 2-GPU head must wait for it.
-    limit = client.launch(JobSpec(command=["sleep", "3"], gpus=1, timeout_min=0.1, track=False))
+    # 1 GPU held until its gate opens, with a time limit; the 2-GPU head must wait for it.
+    limit = client.launch(
+        JobSpec(command=[PY, "-c", GATED], gpus=1, timeout_min=1, track=False)
+    ).job_id
     head = client.launch(JobSpec(command=["sleep", "0.5"], gpus=2, track=False)).job_id
-    over = guessed(5.0)  # guessed to end long before the head's start: passes it, then overruns
+    over = guessed({"gate": True})  # guessed to end long before the head's start: passes it
     wait_until(lambda: client.get(over).status == JobStatus.RUNNING, timeout_s=30)
     assert client.get(head).status == JobStatus.QUEUED
     # The head past its age limit and `over` past its guess: a later guess must not pass.
     wait_until(lambda: time.time() - store.row(head).created_at > 2.0, timeout_s=30)
-    late = guessed(0.1)
-    infos = client.wait([limit.job_id, head, over, late], timeout_s=60, any=False)
+    wait_until(lambda: time.time() - store.row(over).started_at > guess_s, timeout_s=30)
+    late = guessed({"s": 0.1})
+    open_gate(limit)  # one GPU free: held for the head, not given to `late`
+    wait_until(lambda: client.get(limit).status.is_terminal(), timeout_s=60)
+    # A launch runs a scheduling pass: one pass at least has seen the freed GPU.
+    client.launch(JobSpec(command=["true"], gpus=0, track=False))
+    assert client.get(late).status == JobStatus.QUEUED, client.get(late).message
+    assert client.get(head).status == JobStatus.QUEUED, client.get(head).message
+    open_gate(over)
+    infos = client.wait([limit, head, over, late], timeout_s=60, any=False)
     assert [i.status for i in infos] == [JobStatus.SUCCEEDED] * 4, [i.message for i in infos]
-    rows = {j: store.row(j) for j in (limit.job_id, head, over, late)}
+    rows = {j: store.row(j) for j in (limit, head, over, late)}
     assert rows[over].started_at < rows[head].started_at <= rows[late].started_at
-    # `late` came while the head was aged and `over` was running past its guess (so the
-    # scheduler knew the guesses were failing), before `limit` ended.
     assert rows[late].created_at - rows[head].created_at > 1.5
-    assert rows[over].started_at + next(iter(guess.values())) < rows[late].created_at
-    assert rows[late].created_at < rows[limit.job_id].ended_at < rows[over].ended_at
+    assert rows[over].started_at + guess_s < rows[late].created_at
+    assert rows[late].created_at < rows[limit].ended_at < rows[over].ended_at
     # The head waited for the jobs running when it aged, nothing more: it started at once
     # after `over`, the last of them, ended (its GPUs were held for it).
     assert rows[head].started_at >= rows[over].ended_at
