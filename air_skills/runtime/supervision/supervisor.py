@@ -14,8 +14,9 @@ the pass starts itself, so a stream of short jobs costs no interpreter boot per 
 none to run, it waits up to AIR_SUPERVISOR_LINGER_S as an idle supervisor: a pass that starts
 a job hands it over (POKE_SIGNAL), and the job starts without a process being created.
 A job runs in the environment it was launched from (its folder's env.json), whoever starts it.
-Waiting is runtime/supervision/idle.py's; what an exit means, outcomes.py's; the GPU checks,
-gpu_checks.py's; the MLflow run (made or completed beside the job), job_run.py's.
+Waiting is runtime/supervision/idle.py's; what an exit means, outcomes.py's, and recording it,
+attempt_end.py's; the GPU checks, gpu_checks.py's; the MLflow run (made or completed beside
+the job), job_run.py's.
 """
 
 from __future__ import annotations
@@ -32,28 +33,25 @@ from typing import Any
 from air_skills import settings
 from air_skills.gpu.providers import GpuFault, provider
 from air_skills.home import job_dir
-from air_skills.runtime.containers import container, engine_exit
-from air_skills.runtime.execution import gang, sandbox
+from air_skills.runtime.containers import container
 from air_skills.runtime.execution.launch_env import command_launch
 from air_skills.runtime.execution.metric_relay import MetricRelay, open_relay
-from air_skills.runtime.execution.rendezvous import describe_late, late_outcome, watch_joins
+from air_skills.runtime.execution.rendezvous import describe_late, watch_joins
 from air_skills.runtime.process import proc, signals
 from air_skills.runtime.process.signals import POKE_SIGNAL, StartedChild
 from air_skills.runtime.results.outcomes import (
     AttemptEnd,
-    InfraFailure,
     Outcome,
-    classify,
     start_failed,
 )
 from air_skills.runtime.runs import job_run
 from air_skills.runtime.runs.job_run import RunWork
-from air_skills.runtime.runs.run_end import end_run
 from air_skills.runtime.scheduling import passes
 from air_skills.runtime.scheduling.spawn import IDLE, prestart_launch
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision import gpu_checks, stall
+from air_skills.runtime.supervision.attempt_end import AttemptEndMixin
 from air_skills.runtime.supervision.data_recheck import DataRecheck
 from air_skills.runtime.supervision.idle import load_tracking, wait_for_job
 
@@ -90,7 +88,7 @@ class Started:
     error: str | None = None
 
 
-class Supervisor:
+class Supervisor(AttemptEndMixin):
     def __init__(
         self,
         home: Path,
@@ -359,103 +357,6 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             proc.kill_group(child.pid, signal.SIGKILL)
             return child.wait()
-
-    # --- outcomes ----------------------------------------------------------------------------
-
-    def _record_exit(self, rc: int) -> None:
-        assert self.child is not None
-        if self.spec.get("sandbox") == "on" and self.image is None:
-            rc = sandbox.signal_status(rc)  # bwrap exits 128+N for a command killed by N
-        engine_end = None
-        if self.image is not None:  # its container goes first; an engine exit is told apart
-            engine_end = engine_exit.after_exit(
-                self.image, self.job_id, rc, self.spec["command"][0], self.row.log_path
-            )
-        # Whatever the command left behind in its group goes with it, and (this process being
-        # their subreaper) whatever left the group: a `setsid` child must not keep its GPU.
-        proc.kill_group(self.child.pid, signal.SIGKILL)
-        if proc.is_subreaper():
-            proc.sweep_descendants(spare=self.store.supervisor_pids())
-        else:  # no subreaper here: the attempt's processes are found by their environment
-            proc.sweep_job(self.job_id, self.row.attempts)
-        if isinstance(engine_end, Outcome):  # the image lacks the command (126, 127)
-            self._record(engine_end)
-            return
-        row = self.store.row(self.job_id)
-        stop = row.stop_request if row else None
-        # A stop request outranks the faults (outcomes.py): then no GPU is cordoned either.
-        faults = [] if stop in ("cancel", "preempt") else self.infra_faults
-        if self.late is not None and stop is None and not faults:  # the gang was stopped
-            self._record(late_outcome(self.late, row, self.spec))
-            return
-        if self.stall_watch is not None:
-            self.stall_watch.finish()
-        if self.stalled is not None and stop is None and not faults:  # it stopped moving
-            jdir = job_dir(self.home, self.job_id)
-            ready = self._warm.ready if self._warm is not None else None
-            stall.attach(self.home, jdir, self.row, self.stalled, ready)
-            self._record(stall.outcome(self.stalled, row, self.spec))
-            return
-        # A failure of its own: which rank failed first (a gang), and NCCL's signatures.
-        failure = gang.Failure(rc if rc >= 0 else None, -rc if rc < 0 else None)
-        if rc != 0 and stop is None and not self.timed_out and not faults:
-            failure = gang.read_failure(
-                self.row.log_path, rc, gang.is_gang(self.spec, len(self.gpus))
-            )
-        self._end(
-            AttemptEnd(
-                self.job_id,
-                exit_code=failure.exit_code,
-                signal=proc.signal_name(failure.signal) if failure.signal else None,
-                stop_request=stop,
-                stop_reason=row.stop_reason if row else None,
-                timed_out=self.timed_out,
-                timeout_min=self.spec.get("timeout_min"),
-                infra=self._cordon(faults, "while running") or engine_end or failure.infra,
-                rank=failure.rank,
-                rank_error=failure.error_line,
-                user_retries=row.user_retries if row else 0,
-                max_retries=self.spec.get("max_retries", 0),
-                infra_retries=row.infra_retries if row else 0,
-            )
-        )
-
-    def _infra_failure(self, faults: list[GpuFault], when: str) -> None:
-        """The GPU checks found faults before the command started."""
-        row = self.store.row(self.job_id)
-        infra = self._cordon(faults, when)
-        self._end(AttemptEnd(self.job_id, infra=infra, infra_retries=row.infra_retries))
-
-    def _cordon(self, faults: list[GpuFault], when: str) -> InfraFailure | None:
-        return gpu_checks.cordon(self.store, self.job_id, faults, when)
-
-    def _end(self, end: AttemptEnd) -> None:
-        """Classify the attempt's end (outcomes.py) and keep it for _commit to record."""
-        self._record(classify(end))
-
-    def _record(self, outcome: Outcome) -> None:
-        """Keep the outcome for _commit; a job that ends gets its data and MLflow notes first."""
-        if self._relay is not None:  # the metrics logged last reach the run before it ends
-            self._relay.stop()
-            self._relay = None
-        if outcome.action == "finish":
-            assert outcome.status is not None
-            self._run_work(self.row)  # a command that never started: its run is completed too
-            ready = self._warm.ready if self._warm is not None else None
-            self._recheck = DataRecheck(self.home, self.spec, self.row.run_id)
-            message = outcome.message + self._recheck.start(ready)
-            if outcome.status == "FAILED" and self.spec.get("sandbox") == "on":
-                message += sandbox.failure_note(self.row.log_path)
-            message = end_run(self.store, self.row, self.spec, outcome.status, message, ready)
-            outcome = Outcome(
-                "finish",
-                message,
-                outcome.status,
-                outcome.failure_kind,
-                exit_code=outcome.exit_code,
-                signal=outcome.signal,
-            )
-        self._outcome = outcome
 
     def _stop_request(self) -> str | None:
         row = self.store.row(self.job_id)
