@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import wait_until
+from helpers import GATED, open_gate, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.process.proc import alive
@@ -81,9 +81,8 @@ def test_spares_are_not_running_and_gc_ends_them_once_no_supervisor_keeps_them(
 def test_gc_keeps_the_spares_of_a_live_supervisor(air_home: Path, tmp_path: Path) -> None:
     client = Client(air_home)
     client.runtime.keep_spares = True
-    gate = tmp_path / "gate"
-    wait = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\n"
-    job = client.launch(JobSpec(command=[PY, "-c", wait], experiment="exp-l", code="live"))
+    # The job waits for a gate in its own folder (a sandboxed job's /tmp is its own).
+    job = client.launch(JobSpec(command=[PY, "-c", GATED], experiment="exp-l", code="live"))
     try:
         uri = client.tracker.uri
         wait_until(lambda: client.store.spare_count(uri, "exp-l") == spare_runs.PER_POOL, 120)
@@ -91,5 +90,5 @@ def test_gc_keeps_the_spares_of_a_live_supervisor(air_home: Path, tmp_path: Path
         assert report["spare_runs_ended"] == 0 and report["spare_runs_kept"] >= spare_runs.PER_POOL
         assert client.store.spare_count(uri, "exp-l") == spare_runs.PER_POOL
     finally:
-        gate.touch()
-        client.wait([job.job_id], timeout_s=180)
+        open_gate(air_home / "jobs" / job.job_id)
+        assert client.wait([job.job_id], timeout_s=180)[0].status == JobStatus.SUCCEEDED
