@@ -7,10 +7,11 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import GATED, open_gate, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.home import job_dir
@@ -120,16 +121,21 @@ sys.path.insert(0, {repo!r})
 from air_skills.job import phase
 print("saving", flush=True)
 with phase("checkpoint", expect_min=3):
-    time.sleep(8)  # a long quiet save: past the 3 s stall timeout, within the phase's 3 min
+    # A long quiet save: past the 3 s stall timeout, within the phase's 3 min, and open
+    # until the test has seen the phase (its gate: a fixed sleep may end before that).
+    quiet_until = time.monotonic() + 8
+{gated}    time.sleep(max(0.0, quiet_until - time.monotonic()))
 print("saved", flush=True)
 """
 
 
 def test_a_declared_phase_is_not_stalled(client: Client) -> None:
-    code = PHASE.format(repo=str(REPO))
+    gated = "".join("    " + line + "\n" for line in GATED.splitlines())
+    code = PHASE.format(repo=str(REPO), gated=gated)
     info = client.launch(JobSpec(command=[PY, "-c", code], stall_timeout_min=0.05, track=False))
     jdir = job_dir(client.home, info.job_id)
     wait_until(lambda: list((jdir / "phases").glob("*.json")), timeout_s=30)
+    open_gate(jdir)
     done = client.wait([info.job_id], timeout_s=60)[0]
     assert done.status == JobStatus.SUCCEEDED, done.message
     assert not list((jdir / "phases").glob("*.json"))  # closed with the block
@@ -214,16 +220,34 @@ def test_a_busy_gpu_is_progress_until_it_goes_idle(
     assert stalled["ts"] - started >= 8  # never while the GPU was busy
 
 
+# Prints a line every half second until the test opens its gate (the GATED way): a holder
+# that is never silent and never ends before the test has done what it needs meanwhile.
+TICKING_GATED = (
+    "import os, time\n"
+    "gate = os.path.join(os.path.dirname(os.environ['AIR_CONFIG_FILE']), 'gate')\n"
+    "deadline = time.monotonic() + 120\n"
+    "i = 0\n"
+    "while not os.path.exists(gate) and time.monotonic() < deadline:\n"
+    "    print(i, flush=True)\n"
+    "    i += 1\n"
+    "    time.sleep(0.5)\n"
+)
+
+
 def test_time_spent_queued_is_not_silence(client: Client) -> None:
     """A job queued behind another for longer than its stall timeout starts and succeeds."""
-    ticking = "import time\nfor i in range(12):\n    print(i, flush=True)\n    time.sleep(0.5)\n"
     holder = client.launch(
-        JobSpec(command=[PY, "-c", ticking], gpus=4, stall_timeout_min=0.03, track=False)
+        JobSpec(command=[PY, "-c", TICKING_GATED], gpus=4, stall_timeout_min=0.03, track=False)
     )
     waiter = client.launch(
         JobSpec(command=[PY, "-c", "print('hi')"], gpus=1, stall_timeout_min=0.03, track=False)
     )
     assert client.get(waiter.job_id).status == JobStatus.QUEUED
+    # Queued for twice its 1.8 s stall timeout before the holder may end.
+    created = client.store.row(waiter.job_id).created_at
+    wait_until(lambda: time.time() - created > 3.6, timeout_s=30)
+    assert client.get(waiter.job_id).status == JobStatus.QUEUED
+    open_gate(job_dir(client.home, holder.job_id))
     done = client.wait([waiter.job_id], timeout_s=60)[0]
     assert done.status == JobStatus.SUCCEEDED, done.message
     held = client.wait([holder.job_id], timeout_s=60)[0]
@@ -243,10 +267,9 @@ def test_the_stacks_are_attached_to_the_mlflow_run(client: Client) -> None:
 
 
 def test_a_preempted_job_waiting_to_resume_is_not_stalled(client: Client) -> None:
-    ticking = "import time\nfor i in range({n}):\n    print(i, flush=True)\n    time.sleep(0.5)\n"
     low = client.launch(
         JobSpec(
-            command=[PY, "-c", ticking.format(n=10)],
+            command=[PY, "-c", TICKING_GATED],
             gpus=4,
             priority="low",
             preemptible=True,
@@ -256,10 +279,17 @@ def test_a_preempted_job_waiting_to_resume_is_not_stalled(client: Client) -> Non
     )
     wait_until(lambda: client.get(low.job_id).status == JobStatus.RUNNING, 30)
     high = client.launch(
-        JobSpec(command=[PY, "-c", ticking.format(n=12)], gpus=4, priority="high", track=False)
+        JobSpec(command=[PY, "-c", TICKING_GATED], gpus=4, priority="high", track=False)
     )
     # Preempted, it waits in the queue for longer than its stall timeout, then resumes.
+    wait_until(lambda: client.get(high.job_id).status == JobStatus.RUNNING, 60)
+    started = client.store.row(high.job_id).started_at or 0.0
+    wait_until(lambda: time.time() - started > 3.6, timeout_s=30)  # twice its 1.8 s timeout
+    assert client.get(low.job_id).status == JobStatus.QUEUED
+    open_gate(job_dir(client.home, high.job_id))
     wait_until(lambda: client.get(low.job_id).attempts >= 2, 60)
+    wait_until(lambda: client.get(low.job_id).status == JobStatus.RUNNING, 60)
+    open_gate(job_dir(client.home, low.job_id))
     done = client.wait([low.job_id], timeout_s=120, any=False)[0]
     assert done.status == JobStatus.SUCCEEDED, done.message
     assert "stalled" not in done.message
