@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import GATED, open_gate
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.tracking.fingerprint import Budget, fingerprint, recheck
@@ -38,7 +39,7 @@ def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, air_home: Path) -> Pat
 def test_input_swapped_for_a_huge_file_ends_the_job_promptly(data: Path, client: Client) -> None:
     shard = data / "shard.bin"
     spec = JobSpec(
-        command=[PY, "-c", "import time; time.sleep(3)"],
+        command=[PY, "-c", GATED],  # runs until the input is swapped (a fixed sleep may not)
         data=[{"name": "shard", "path": str(shard)}],
         gpus=1,
         track=False,
@@ -53,6 +54,7 @@ def test_input_swapped_for_a_huge_file_ends_the_job_promptly(data: Path, client:
         f.truncate(HUGE)
     os.replace(swapped, shard)
     swapped_at = time.monotonic()
+    open_gate(client.home / "jobs" / info.job_id)
 
     # Reading 100 GiB takes minutes; a bounded re-check answers within seconds of the job's end.
     while True:
