@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import GATED, open_gate, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.errors import StoreError
@@ -40,7 +40,8 @@ def test_another_user_cannot_read_the_home_or_a_jobs_secret(
     monkeypatch.setenv("AIR_SANDBOX", "off")  # the job writes what it got outside its folder
     secret = "sk-" + os.urandom(12).hex()
     seen = base / "seen"
-    code = f"import os, time; time.sleep(1); open({str(seen)!r}, 'w').write(os.environ['API_KEY'])"
+    # Runs until the checks below are done (its gate): they look at a running job's files.
+    code = GATED + f"open({str(seen)!r}, 'w').write(os.environ['API_KEY'])\n"
     client = Client(home)
     info = client.launch(JobSpec(command=[PY, "-c", code], env={"API_KEY": secret}, track=False))
     jdir = home / "jobs" / info.job_id
@@ -48,6 +49,8 @@ def test_another_user_cannot_read_the_home_or_a_jobs_secret(
     assert as_nobody("ls", str(jdir)).returncode != 0
     found = as_nobody("grep", "-r", "-l", secret, str(base))
     assert str(home) not in found.stdout, found.stdout
+    assert client.get(info.job_id).status == JobStatus.RUNNING  # all the above while it ran
+    open_gate(jdir)
     done = client.wait([info.job_id], timeout_s=60)[0]
     assert done.status == JobStatus.SUCCEEDED, done.message
     assert seen.read_text() == secret  # the job still received its env
