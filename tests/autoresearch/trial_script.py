@@ -3,6 +3,7 @@ records its own start and end times so that tests can check concurrency from the
 
 Config: x, y (the loss is (x-0.3)^2 + (y-0.6)^2 plus noise*seed jitter), steps, sleep_s per
 step, log ("summary": only the closing `---` block; "mlflow": every step too), stamp_dir,
+await_peer (with stamp_dir: hold until another run is live beside this one, see await_peer),
 metric (the objective's name), fail (raise; fail_message: the error's text), noise,
 hang_once (a marker file: the first run to create it prints "up" and sleeps a minute),
 hang_when_x (a run whose x is this value goes silent and never ends: no output, no metric).
@@ -18,6 +19,21 @@ import time
 from pathlib import Path
 
 
+def await_peer(stamps: Path, job: str) -> None:
+    """Hold until another run is live beside this one (its start stamped, its end not), so a
+    test of concurrency sees the overlap however slowly the launches go on a loaded machine;
+    once one run has seen it, the others go on at once. Gives up after 30 s: under a loop
+    that never runs two at once each run goes on alone, and the stamps show a peak of one."""
+    seen = stamps / "overlap-seen"
+    deadline = time.monotonic() + 30
+    while not seen.exists() and time.monotonic() < deadline:
+        for start in stamps.glob("*.start"):
+            if start.stem != job and not start.with_suffix(".end").exists():
+                seen.write_text(job)
+                return
+        time.sleep(0.05)
+
+
 def main() -> None:
     cfg = json.loads(Path(os.environ["AIR_CONFIG_FILE"]).read_text())
     started = time.time()
@@ -25,6 +41,8 @@ def main() -> None:
     job = os.environ.get("AIR_JOB_ID", "local")
     if stamp_dir:
         Path(stamp_dir, f"{job}.start").write_text(json.dumps({"t": started, **cfg}))
+        if cfg.get("await_peer"):
+            await_peer(Path(stamp_dir), job)
     hang_once = cfg.get("hang_once")
     if hang_once and not Path(hang_once).exists():
         Path(hang_once).write_text(job)
