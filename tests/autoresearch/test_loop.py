@@ -72,7 +72,16 @@ def test_concurrency_budget_report_and_mlflow(
     study = parse_study(
         small_study(
             name="conc",
-            base_config={"x": 0.0, "y": 0.0, "steps": 4, "sleep_s": 0.25, "stamp_dir": str(stamps)},
+            # Each trial holds until it sees another live beside it (await_peer): two overlap
+            # however slowly a loaded machine launches them, if the loop runs them at once.
+            base_config={
+                "x": 0.0,
+                "y": 0.0,
+                "steps": 4,
+                "sleep_s": 0.25,
+                "stamp_dir": str(stamps),
+                "await_peer": True,
+            },
             budget={"trials": 5, "concurrency": 3},
             gpus_per_trial=1,
             proposer="random",
