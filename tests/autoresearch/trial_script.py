@@ -6,7 +6,9 @@ step, log ("summary": only the closing `---` block; "mlflow": every step too), s
 await_peer (with stamp_dir: hold until another run is live beside this one, see await_peer),
 metric (the objective's name), fail (raise; fail_message: the error's text), noise,
 hang_once (a marker file: the first run to create it prints "up" and sleeps a minute),
-hang_when_x (a run whose x is this value goes silent and never ends: no output, no metric).
+hang_when_x (a run whose x is this value goes silent and never ends: no output, no metric),
+hold_while (a file: while it exists a run waits, 120 s at most, before its steps; the run
+whose x is free_x does not: the baseline, say).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def main() -> None:
     x, y = float(cfg.get("x", 0.0)), float(cfg.get("y", 0.0))
     if cfg.get("hang_when_x") is not None and x == float(cfg["hang_when_x"]):
         while True:  # silent: no output, no metric
+            time.sleep(0.05)
+    hold = cfg.get("hold_while")
+    if hold and x != float(cfg.get("free_x", "nan")):
+        deadline = time.monotonic() + 120
+        while Path(hold).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
     jitter = random.Random(cfg.get("seed", 0)).gauss(0, 1) * float(cfg.get("noise", 0.0))
     final = (x - 0.3) ** 2 + (y - 0.6) ** 2 + jitter
