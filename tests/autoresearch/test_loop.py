@@ -215,12 +215,24 @@ def test_early_stopping_prunes_and_failures_keep_the_log(study_home: Path, tmp_p
 
 
 @pytest.mark.slow
-def test_resume_after_kill_9_repeats_no_trial(study_home: Path, tmp_path: Path) -> None:
+def test_resume_after_kill_9_repeats_no_trial(
+    study_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_SANDBOX", "off")  # the trials look for their hold file in tmp_path
     folder = tmp_path / "study"
     study_file = tmp_path / "study.yaml"
+    hold = tmp_path / "hold"  # the proposed trials run until the loop is killed; the baseline
+    hold.write_text("")  # (x=0) does not: a fixed-length trial may end first when loaded
     data = small_study(
         name="resume",
-        base_config={"x": 0.0, "y": 0.0, "steps": 8, "sleep_s": 0.4},
+        base_config={
+            "x": 0.0,
+            "y": 0.0,
+            "steps": 8,
+            "sleep_s": 0.4,
+            "hold_while": str(hold),
+            "free_x": 0.0,
+        },
         budget={"trials": 4, "concurrency": 2},
     )
     study_file.write_text(yaml.safe_dump(data))
@@ -242,6 +254,7 @@ def test_resume_after_kill_9_repeats_no_trial(study_home: Path, tmp_path: Path) 
     before = replay(events(folder))
     running = {t.number: t.job_id for t in before.ordered() if t.job_id and not t.job_done}
     assert running, "some trial should still be running when the loop is killed"
+    hold.unlink()
 
     result = run_study(folder, resume=True, poll_s=POLL_S)
     assert result.stop_reason == "budget:trials"
