@@ -158,7 +158,9 @@ def wrap(
     out = [bwrap, "--ro-bind", "/", "/", *dev]
     if die_with_parent:
         out.append("--die-with-parent")
-    out += ["--unshare-pid", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # Run as root, bwrap would leave the job every capability: it could unmount the tmpfs
+    # hiding AIR_HOME, or remount / writable. No capability, whoever runs it.
+    out += ["--cap-drop", "ALL", "--unshare-pid", "--proc", "/proc", "--tmpfs", "/tmp"]
     if not network:
         out.append("--unshare-net")
     # Its workdir (and a live job's cwd) may lie under /tmp, now private: seen read-only.

@@ -1,0 +1,73 @@
+"""Issue 25: a sandboxed job holds no capability, so it cannot take its view apart.
+
+Run as root (as on many GPU machines), bwrap keeps every capability unless told otherwise:
+a job could then unmount the tmpfs that hides AIR_HOME, or remount ``/`` writable, and the
+sandbox would be a suggestion. Each attack here is a real job; each must fail, and the job
+must hold no capability at all, whichever user runs the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from air_skills import Client, JobSpec, JobStatus
+from air_skills.runtime.execution import sandbox
+
+PY = sys.executable
+pytestmark = pytest.mark.skipif(
+    sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"
+)
+
+UNDO = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+home = os.environ["AIR_HOME"]
+out = {}
+status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+out["caps"] = {k: int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapAmb")}
+out["no_new_privs"] = status["NoNewPrivs"].strip()
+def errno_of(rc):
+    return "done" if rc == 0 else os.strerror(ctypes.get_errno())
+# The tmpfs over AIR_HOME, unmounted: air.db would show again.
+out["umount_home"] = errno_of(libc.umount2(home.encode(), 2))
+# / remounted writable (MS_REMOUNT | MS_BIND).
+out["remount_root_rw"] = errno_of(libc.mount(b"none", b"/", None, 32 | 4096, None))
+# A user namespace of its own, where it would hold every capability over a new mount
+# namespace: the mounts it inherits are locked together there, so the tmpfs stays.
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) == 0:
+    out["umount_home_in_own_userns"] = errno_of(libc.umount2(home.encode(), 2))
+else:
+    out["umount_home_in_own_userns"] = "no user namespace: " + os.strerror(ctypes.get_errno())
+out["air_db_visible"] = os.path.exists(os.path.join(home, "air.db"))
+print("UNDO " + json.dumps(out), flush=True)
+"""
+
+
+def _undo_report(client: Client, tmp_path: Path) -> dict:
+    script = tmp_path / "undo.py"
+    script.write_text(UNDO)
+    info = client.launch(
+        JobSpec(command=[PY, str(script)], track=False, name="undo", sandbox="on")
+    )
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    log = client.logs(info.job_id, tail=None).text
+    assert done.status == JobStatus.SUCCEEDED, (done.message, log)
+    return json.loads(log.split("UNDO ", 1)[1].splitlines()[0])
+
+
+def test_a_sandboxed_job_holds_no_capability_and_cannot_undo_its_view(
+    client: Client, air_home: Path, tmp_path: Path
+) -> None:
+    assert (air_home / "air.db").exists()
+    seen = _undo_report(client, tmp_path)
+    assert seen["caps"] == {"CapInh": 0, "CapPrm": 0, "CapEff": 0, "CapAmb": 0}, seen
+    assert seen["no_new_privs"] == "1"
+    assert seen["umount_home"] != "done", seen
+    assert seen["remount_root_rw"] != "done", seen
+    assert seen["umount_home_in_own_userns"] != "done", seen
+    assert seen["air_db_visible"] is False, seen
