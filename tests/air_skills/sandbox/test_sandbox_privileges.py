@@ -27,7 +27,8 @@ import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 home = os.environ["AIR_HOME"]
 out = {}
-status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+lines = open("/proc/self/status").read().splitlines()
+status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
 out["caps"] = {k: int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapAmb")}
 out["no_new_privs"] = status["NoNewPrivs"].strip()
 def errno_of(rc):
@@ -51,9 +52,7 @@ print("UNDO " + json.dumps(out), flush=True)
 def _undo_report(client: Client, tmp_path: Path) -> dict:
     script = tmp_path / "undo.py"
     script.write_text(UNDO)
-    info = client.launch(
-        JobSpec(command=[PY, str(script)], track=False, name="undo", sandbox="on")
-    )
+    info = client.launch(JobSpec(command=[PY, str(script)], track=False, name="undo", sandbox="on"))
     done = client.wait([info.job_id], timeout_s=120)[0]
     log = client.logs(info.job_id, tail=None).text
     assert done.status == JobStatus.SUCCEEDED, (done.message, log)
