@@ -53,38 +53,42 @@
     const pts = marks.filter((m) => m[1] != null && isFinite(m[1]));
     if (!pts.length) return `<p class=muted>no trial has reported ${esc(v.objective.metric)} yet</p>`;
     const band = v.noise.floor || 0;
-    const ys = pts.map((m) => m[1]).concat(v.best_so_far.map((p) => p[1] + band), v.best_so_far.map((p) => p[1] - band));
-    let y0 = Math.min(...ys), y1 = Math.max(...ys);
+    // the best so far as its steps: a point where it changes (1,000 trials: ~10 points, not
+    // 1,000, and a path of ~60 numbers to parse, lay out and paint, not ~8,000)
+    const line = v.best_so_far.filter((p, i, all) => !i || p[1] !== all[i - 1][1]);
+    let y0 = Infinity, y1 = -Infinity, n = 1;
+    for (const m of pts) { y0 = Math.min(y0, m[1]); y1 = Math.max(y1, m[1]); }
+    for (const p of line) { y0 = Math.min(y0, p[1] - band); y1 = Math.max(y1, p[1] + band); }
+    for (const m of marks) n = Math.max(n, m[0]);
     if (y0 === y1) { y0 -= 1; y1 += 1; }
-    const n = Math.max(1, ...marks.map((m) => m[0]));
-    const X = (x) => L + (x / n) * (W - L - R), Y = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+    const r1 = (z) => Math.round(z * 10) / 10; // a tenth of a unit: finer than a pixel
+    const X = (x) => r1(L + (x / n) * (W - L - R)), Y = (y) => r1(T + (1 - (y - y0) / (y1 - y0)) * (H - T - B));
     let s = `<svg id=chart viewBox="0 0 ${W} ${H}" width="100%" role=img aria-label="objective per trial" data-x0=${L} data-x1=${W - R} data-w=${W} data-n=${n}>`;
     for (let i = 0; i <= 4; i++) {
       const y = y0 + (i / 4) * (y1 - y0);
       s += `<line x1=${L} x2=${W - R} y1=${Y(y)} y2=${Y(y)} stroke="#eee"/><text x=${L - 6} y=${Y(y) + 4} text-anchor=end>${num(y, 4)}</text>`;
     }
     s += `<text x=${(W + L) / 2} y=${H - 6} text-anchor=middle>trial</text>`;
-    const line = v.best_so_far;
     if (line.length) {
-      let d = "", up = "", down = "";
+      const d = [], up = [], down = [];
       line.forEach(([x, y], i) => {
         const nx = i + 1 < line.length ? line[i + 1][0] : n;
-        d += `${i ? "L" : "M"}${X(x)},${Y(y)}L${X(nx)},${Y(y)}`;
-        up += `${i ? "L" : "M"}${X(x)},${Y(y + band)}L${X(nx)},${Y(y + band)}`;
-        down = `L${X(nx)},${Y(y - band)}L${X(x)},${Y(y - band)}` + down;
+        d.push(`${i ? "L" : "M"}${X(x)},${Y(y)}L${X(nx)},${Y(y)}`);
+        up.push(`${i ? "L" : "M"}${X(x)},${Y(y + band)}L${X(nx)},${Y(y + band)}`);
+        down.push(`L${X(nx)},${Y(y - band)}L${X(x)},${Y(y - band)}`);
       });
-      if (band > 0) s += `<path class=band d="${up}${down}Z" fill="#16a34a" fill-opacity=0.12 />`;
-      s += `<path class=best d="${d}" fill=none stroke="#16a34a" stroke-width=2 />`;
+      if (band > 0) s += `<path class=band d="${up.join("")}${down.reverse().join("")}Z" fill="#16a34a" fill-opacity=0.12 />`;
+      s += `<path class=best d="${d.join("")}" fill=none stroke="#16a34a" stroke-width=2 />`;
     }
     // the dots as one path per colour (a zero-length segment, round caps): 1,000 trials are
     // a handful of elements to lay out and paint, not 1,000
     const dots = {}, r = marks.length > 300 ? 2 : 3.5;
-    for (const [x, y, k] of pts) (dots[COLOUR[k[0]]] ||= []).push(`M${X(x).toFixed(1)},${Y(y).toFixed(1)}h0`);
+    for (const [x, y, k] of pts) (dots[COLOUR[k[0]]] ||= []).push(`M${X(x)},${Y(y)}h0`);
     for (const [c, d] of Object.entries(dots))
       s += `<path class=pts data-count=${d.length} d="${d.join("")}" stroke="${c}" stroke-width=${2 * r} stroke-linecap=round fill=none />`;
     const failed = marks.filter((m) => m[2].endsWith("x"));
     if (failed.length)
-      s += `<path class=failed data-count=${failed.length} d="${failed.map(([x]) => `M${X(x) - 4},${H - B}L${X(x) + 4},${H - B}L${X(x)},${H - B - 7}Z`).join("")}" fill="#dc2626" />`;
+      s += `<path class=failed data-count=${failed.length} d="${failed.map(([x]) => `M${r1(X(x) - 4)},${H - B}L${r1(X(x) + 4)},${H - B}L${X(x)},${H - B - 7}Z`).join("")}" fill="#dc2626" />`;
     return s + "</svg><div id=charttip class=muted>&nbsp;</div><div class=muted>dots: trials (green: kept, grey: baseline runs, orange: pruned, red: failed) · line: best so far · band: noise floor</div>";
   }
 
@@ -250,7 +254,7 @@
     document.getElementById("chartbox").innerHTML = chart(v); // drawn once per journal change
     renderLive(v, false);
     renderTable(v);
-    renderLineage(v);
+    if (painted) renderLineage(v); // else once the first screen is on the screen
     window.AIR_RENDERED = { version: v.version, at_ms: performance.now() }; // for bench/study_page.py
     // for bench/study_page.py: the first draw (when the rows were painted: their elementtiming)
     if (!window.AIR_FIRST_DRAWN) window.AIR_FIRST_DRAWN = { at_ms: performance.now() };
@@ -284,6 +288,14 @@
     document.getElementById("gpus").innerHTML = v.gpus.length ? v.gpus.map((g) => `<div>GPU ${g.index} ${esc(g.name)}: ${g.jobs.map(esc).join(", ")}</div>`).join("") : `<span class=muted>none</span>`;
     document.getElementById("running").innerHTML = v.running.length ? v.running.map((r) => `<div class=spark data-n=${r.n}><div>trial ${r.n} <span class=muted>${esc(r.diff_text)} · ${dur(r.duration_s)}</span></div>${spark(r.curve)}</div>`).join("") : `<span class=muted>none running</span>`;
     if (rows) drawWindow();
+  }
+
+  // The first screen is on the screen: what is below it (the lineage, whose layout would cost
+  // the first paint a second pass) is drawn from then on.
+  let painted = false;
+  function belowTheFold() {
+    painted = true;
+    if (current && current.lineage) renderLineage(current);
   }
 
   function renderLineage(v) {
@@ -355,6 +367,7 @@
     const key = studyKey();
     if (AIR.mode === "file") {
       key ? renderStudy(AIR.inline.study) : renderList(AIR.inline.studies || []);
+      afterPainted(belowTheFold);
       return;
     }
     if (!key) {
@@ -368,11 +381,33 @@
     if (block) block.remove();
     if (first && first.key === key) showView(first);
     const go = () => { if (!live.mode) window.EventSource ? listen(key) : poll(key, -Infinity); };
-    if (!first) return go();
-    // after the first paint: a big study's whole view, which the stream brings, must not
-    // hold it up (and a tab in the background, with no frames, still starts within 1 s)
-    requestAnimationFrame(() => setTimeout(go, 0));
-    setTimeout(go, 1000);
+    if (!first) { painted = true; return go(); }
+    afterPainted(() => { belowTheFold(); go(); });
+  }
+
+  // fn once the first screen is on the screen, not merely drawn: the first paint after it was
+  // drawn (paint timing), or its first row's (Element Timing: where a paint before the draw
+  // showed "loading…"), else the frame after it. A big study's whole view, which the stream then
+  // brings (~600 KB to send, parse and lay out for 1,000 trials), and what is below the fold
+  // do not compete with that paint for the CPU; a tab in the background, which paints
+  // nothing, goes on within 1 s.
+  function afterPainted(fn) {
+    const drawn = performance.now(), types = (window.PerformanceObserver && PerformanceObserver.supportedEntryTypes) || [];
+    let po = null, done = false;
+    const once = () => {
+      if (done) return;
+      done = true;
+      if (po) po.disconnect();
+      setTimeout(fn, 0);
+    };
+    // a row is painted only once drawn; a paint's time is the frame's, coarsened (to ~4 ms)
+    const seen = (list) => { if (list.getEntries().some((e) => e.entryType === "element" || e.startTime > drawn - 8)) once(); };
+    const kinds = ["paint", "element"].filter((k) => types.includes(k));
+    if (kinds.length) {
+      po = new PerformanceObserver(seen);
+      for (const type of kinds) po.observe({ type, buffered: true });
+    } else requestAnimationFrame(once);
+    setTimeout(once, 1000);
   }
   start();
 })();

@@ -120,6 +120,8 @@ def test_clicking_a_code_trial_shows_its_patch(page, tmp_path: Path) -> None:
         assert f"Trial {n}" in page.inner_text("#detail")
         assert "+++ b/train.py" in page.inner_text("#patch")
         assert "+lr = " in page.inner_text("#patch")
+        # the lineage, below the fold, is drawn once the first screen is painted
+        page.wait_for_selector("#lineage a[data-n]")
         assert page.locator("#lineage a[data-n]").count() == 9  # trials 3, 10, ..., 59
         # sorting and filtering: the table answers without the server
         page.click("#trials th[data-k=value]")
