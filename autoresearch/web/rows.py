@@ -1,11 +1,12 @@
 """The study page's trial table: one row per trial, each kept with a copy of its trial's
 fields and made again only when they changed, or while the trial runs (its duration and cost
-move with the clock). After a journal line, a 1,000-trial table costs ~1,000 dict compares,
-not 1,000 rows.
+move with the clock); its JSON is kept with it. After a journal line, a 1,000-trial table costs
+~1,000 dict compares, not 1,000 rows and their JSON.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from autoresearch.journal.journal import Trial
@@ -56,11 +57,20 @@ def trial_row(
     }
 
 
+def row_json(row: dict[str, Any]) -> bytes:
+    """A row as the view's JSON has it."""
+    return json.dumps(row, default=str, separators=(",", ":")).encode()
+
+
+Kept = tuple[dict[str, Any], tuple, dict[str, Any], bytes]  # (fields, context, row, its JSON)
+
+
 class TrialRows:
     """One study's rows as last made (not thread-safe: one build at a time)."""
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[dict[str, Any], tuple, dict[str, Any]]] = {}
+        self._kept: dict[int, Kept] = {}
+        self._texts: list[bytes] = []
 
     def rows(
         self,
@@ -72,17 +82,23 @@ class TrialRows:
     ) -> list[dict[str, Any]]:
         """The rows of ``trials`` (a row handed out is not changed afterwards)."""
         context = (mlflow, experiment_id, pricing.flat, sorted(pricing.table.items()))
-        kept: dict[int, tuple[dict[str, Any], tuple, dict[str, Any]]] = {}
-        out = []
+        kept: dict[int, Kept] = {}
+        out, texts = [], []
         for t in trials:
             fields = t.__dict__  # a journal's replay assigns a trial's fields, never edits them
             hit = self._kept.get(t.number)
             if hit is not None and hit[1] == context and hit[0] == fields:
-                row = hit[2]
+                row, text = hit[2], hit[3]
             else:
                 row = trial_row(t, now, mlflow, experiment_id, pricing)
+                text = row_json(row)
             if t.job_done or t.started_at is None:  # its row does not move with the clock
-                kept[t.number] = (dict(fields), context, row)
+                kept[t.number] = (dict(fields), context, row, text)
             out.append(row)
-        self._kept = kept
+            texts.append(text)
+        self._kept, self._texts = kept, texts
         return out
+
+    def json(self) -> bytes:
+        """The rows of the last ``rows`` call as a JSON array."""
+        return b"[" + b",".join(self._texts) + b"]"

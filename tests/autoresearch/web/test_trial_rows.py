@@ -1,6 +1,6 @@
-"""The trial table's rows kept between journal changes (``web/rows.TrialRows``) are the rows
-made afresh: after a trial's decision, for a running trial as the clock moves, and after the
-GPU price changes."""
+"""The trial table's rows kept between journal changes (``web/rows.TrialRows``), and their JSON,
+are the rows made afresh: after a trial's decision, for a running trial as the clock moves, and
+after the GPU price changes."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ def fresh(tail: JournalTail, now: float, pricing: Pricing) -> list[dict]:
 
 def kept(table: TrialRows, tail: JournalTail, now: float, pricing: Pricing) -> list[dict]:
     state = tail.read()
-    return table.rows(state.ordered(), now, MLFLOW, state.experiment_id, pricing)
+    rows = table.rows(state.ordered(), now, MLFLOW, state.experiment_id, pricing)
+    # the JSON kept with the rows is theirs, byte for byte (the view splices it in)
+    assert table.json() == json.dumps(rows, default=str, separators=(",", ":")).encode()
+    return rows
 
 
 def append(folder: Path, *events: dict) -> None:
