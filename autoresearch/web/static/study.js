@@ -80,12 +80,13 @@
       if (band > 0) s += `<path class=band d="${up.join("")}${down.reverse().join("")}Z" fill="#16a34a" fill-opacity=0.12 />`;
       s += `<path class=best d="${d.join("")}" fill=none stroke="#16a34a" stroke-width=2 />`;
     }
-    // the dots as one path per colour (a zero-length segment, round caps): 1,000 trials are
-    // a handful of elements to lay out and paint, not 1,000
-    const dots = {}, r = marks.length > 300 ? 2 : 3.5;
-    for (const [x, y, k] of pts) (dots[COLOUR[k[0]]] ||= []).push(`M${X(x)},${Y(y)}h0`);
+    // the dots as one path per colour, each a circle of two arcs: 1,000 trials are a handful
+    // of elements to lay out and paint, not 1,000; filled, not stroked with round caps (a
+    // stroker's pass in the raster of every tile they cross)
+    const dots = {}, r = marks.length > 300 ? 2 : 3.5, arc = `a${r},${r} 0 1,0 `;
+    for (const [x, y, k] of pts) (dots[COLOUR[k[0]]] ||= []).push(`M${r1(X(x) - r)},${Y(y)}${arc}${2 * r},0${arc}${-2 * r},0`);
     for (const [c, d] of Object.entries(dots))
-      s += `<path class=pts data-count=${d.length} d="${d.join("")}" stroke="${c}" stroke-width=${2 * r} stroke-linecap=round fill=none />`;
+      s += `<path class=pts data-count=${d.length} d="${d.join("")}" fill="${c}" />`;
     const failed = marks.filter((m) => m[2].endsWith("x"));
     if (failed.length)
       s += `<path class=failed data-count=${failed.length} d="${failed.map(([x]) => `M${r1(X(x) - 4)},${H - B}L${r1(X(x) + 4)},${H - B}L${X(x)},${H - B - 7}Z`).join("")}" fill="#dc2626" />`;
@@ -173,8 +174,11 @@
 
   // The table draws only the rows in view (one line each): 1,000 trials cost what 30 do. Each
   // row drawn costs layout and paint on the first screen: a few beyond the view, not 15.
+  // Until the first screen is painted, only the rows the window shows (below the chart on a
+  // laptop's screen: a few): the rest of the view's rows are drawn right after that paint.
   const BUFFER_ROWS = 5, VIEW_PX = 520; // .table-wrap's max-height in study.css
   let tableRows = [], rowH = 28, measured = false; // 28 px: the CSS's row height
+  let firstRows = 6; // made right in the first frame, once the table's place is known
   let drawn = { html: null, above: 0, below: 0 }; // the rows in the table's body now
 
   function renderTable(v) {
@@ -202,7 +206,8 @@
     // reading them here, after the chart was redrawn, would force a layout of the whole page
     const inView = Math.ceil(VIEW_PX / rowH);
     const first = Math.max(0, Math.min(Math.floor(ui.scrollTop / rowH), tableRows.length - inView) - BUFFER_ROWS);
-    const last = Math.min(tableRows.length, first + inView + 2 * BUFFER_ROWS);
+    let last = Math.min(tableRows.length, first + inView + 2 * BUFFER_ROWS);
+    if (!painted) last = Math.min(last, first + firstRows);
     const gap = (n) => (n > 0 ? `<tr class=gap style="height:${n * rowH}px"><td colspan=${COLS.length}></td></tr>` : "");
     const html = tableRows.slice(first, last).map(rowHtml).join(""), above = first, below = tableRows.length - last;
     if (html === drawn.html && !above === !drawn.above && !below === !drawn.below) {
@@ -213,10 +218,14 @@
     drawn = { html, above, below };
     const one = measured ? null : body.querySelector("tr.trial");
     if (one) {
-      measured = true; // once, after the first paint: the gaps then match the rows exactly
+      measured = true; // once, in the first frame: the gaps then match the rows exactly
       requestAnimationFrame(() => {
-        const h = one.getBoundingClientRect().height;
-        if (h > 0 && Math.abs(h - rowH) > 0.5) { rowH = h; drawWindow(); }
+        const h = one.getBoundingClientRect().height, top = wrap.getBoundingClientRect().top;
+        let again = h > 0 && Math.abs(h - rowH) > 0.5;
+        if (again) rowH = h;
+        const shown = Math.ceil((window.innerHeight - top) / rowH); // rows the window shows
+        if (!painted && shown > firstRows) { firstRows = shown; again = true; }
+        if (again) drawWindow();
       });
     }
   }
@@ -290,12 +299,12 @@
     if (rows) drawWindow();
   }
 
-  // The first screen is on the screen: what is below it (the lineage, whose layout would cost
-  // the first paint a second pass) is drawn from then on.
+  // The first screen is on the screen: what is below it (the table's rows out of the window,
+  // the lineage, whose layout would cost the first paint a second pass) is drawn from then on.
   let painted = false;
   function belowTheFold() {
     painted = true;
-    if (current && current.lineage) renderLineage(current);
+    if (current && current.lineage) { renderLineage(current); drawWindow(); }
   }
 
   function renderLineage(v) {

@@ -161,6 +161,23 @@ def test_a_study_of_a_thousand_trials_loads(page, tmp_path: Path) -> None:
         # how fast: bench/study_page.py (no timed assertions in tests)
 
 
+def test_a_big_study_s_first_rows_paint_without_its_whole_view(page, tmp_path: Path) -> None:
+    write_journal(tmp_path / "studies" / "big", 400, name="big")
+    with serving(tmp_path / "studies") as base:
+        # neither the stream nor a poll can bring the whole view: the first screen stands alone
+        page.route("**/events*", lambda route: route.abort())
+        page.route("**/api/studies/big", lambda route: route.abort())
+        page.goto(base + "/studies/big")
+        page.wait_for_selector('#trials tr.trial[data-n="0"]')
+        page.wait_for_function("performance.getEntriesByType('paint').length > 0")  # painted
+        assert page.inner_text("#shown") == "the first 40 of 400 trials (loading the rest)"
+        assert page.locator("#chart path.best").count() == 1
+        page.unroute("**/events*")
+        page.unroute("**/api/studies/big")  # the page's next poll brings it
+        page.wait_for_function("window.AIR_ROWS_DONE && window.AIR_ROWS_DONE.n === 400")
+        assert page.inner_text("#shown") == "400 of 400 trials"
+
+
 def test_the_html_report_works_from_a_file(page, tmp_path: Path) -> None:
     from autoresearch.web.serve import write_html
 
