@@ -97,6 +97,12 @@ _TABLE = (
         " `nvidiaN` nodes, a job sees only its own GPUs' nodes and the control nodes",
     ),
     Setting(
+        "AIR_SANDBOX_AHEAD", "str", "on",
+        "whether an idle supervisor makes the next job's sandbox before the job is known"
+        " (bwrap's start off the launch's path): `on`, or `off` to make each when its job starts",
+        "`on` or `off`", lambda v: v in ("on", "off"),
+    ),
+    Setting(
         "AIR_DATA_RECHECK_MAX_MB", "float", 256.0,
         "MiB of data input content the end-of-job re-check may read (all inputs together);"
         " past it a changed input is reported from its size and mtime, not read",

@@ -30,6 +30,7 @@ from air_skills.runtime.execution import (
     metric_relay,
     rendezvous,
     sandbox,
+    sandbox_ahead,
     sandbox_devices,
 )
 from air_skills.runtime.store.records import JobRecord
@@ -101,6 +102,8 @@ class CommandLaunch:
     env: dict[str, str]
     log_path: str
     banner: bytes = b""  # written to the log first (a later attempt says so)
+    # A sandboxed job: its view and command, for a sandbox made ahead (sandbox_ahead.py)
+    ahead: tuple[sandbox.View, list[str]] | None = None
 
     def popen(self) -> subprocess.Popen[bytes]:
         """Start it (argv, never a shell) in its own process group, output to the log."""
@@ -112,6 +115,10 @@ class CommandLaunch:
             if self.banner:
                 log.write(self.banner)
                 log.flush()
+            if self.ahead is not None:  # bwrap started before the job was known, if any
+                child = sandbox_ahead.start(*self.ahead, self.env, log.fileno())
+                if child is not None:
+                    return child
             return subprocess.Popen(
                 self.argv,
                 cwd=self.cwd,
@@ -199,6 +206,7 @@ def command_launch(
     if view is not None:
         cwd, env["AIR_CODE_DIGEST"] = view
     banner = b""
+    ahead: tuple[sandbox.View, list[str]] | None = None
     if row.attempts > 1:
         banner = f"[air] attempt {row.attempts} on GPUs {gpus}\n".encode()
     argv = list(spec["command"])
@@ -223,8 +231,9 @@ def command_launch(
         bwrap = sandbox.bwrap_path(env)
         if bwrap is None:
             raise sandbox.SandboxUnavailable(sandbox.unavailable(env) or "no bwrap")
-        argv = sandbox.wrap(
-            sandbox.resolved(argv, env.get("PATH"), cwd),
+        command = sandbox.resolved(argv, env.get("PATH"), cwd)
+        view = sandbox.view(
+            command,
             bwrap=bwrap,
             home=home,
             jdir=jdir,
@@ -237,6 +246,9 @@ def command_launch(
             kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
             dev=_dev_args(gpus, env),
         )
+        argv = view.argv(command)
+        if settings.get("AIR_SANDBOX_AHEAD", env) == "on":  # the launch's say, as for bwrap
+            ahead = (view, command)
     if image is not None:  # the engine runs it: the contract's names pass into the container
         passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]
         passed += [*gang.gang_env(), "CUDA_DEVICE_ORDER"]
@@ -261,7 +273,7 @@ def command_launch(
             fixes = ", ".join(image.fixes)
             line = f"[air] {image.engine} runs with air's settings for: {fixes} ({said})\n"
             banner += line.encode()
-    return CommandLaunch(argv, cwd, env, row.log_path, banner)
+    return CommandLaunch(argv, cwd, env, row.log_path, banner, ahead)
 
 
 def _dev_args(gpus: list[int], env: dict[str, str]) -> list[str]:

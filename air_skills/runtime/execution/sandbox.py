@@ -15,7 +15,9 @@ import os
 import shutil
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from air_skills import settings
 from air_skills.home import open_job_file
@@ -104,7 +106,7 @@ def _hidden(real: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _program_paths(program: str) -> tuple[str, ...]:
+def program_paths(program: str) -> tuple[str, ...]:
     """What the job's program needs that may lie under /tmp, which is private in the sandbox:
     its virtual environment (or its folder), the interpreter's, and this toolkit's checkout (an
     editable install imports from it), all read-only. Elsewhere the root's view shows them."""
@@ -136,7 +138,58 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def wrap(
+@dataclass(frozen=True)
+class View:
+    """A job's sandbox as bwrap makes it: ``base``, bwrap with the options every job of its
+    kind shares (namespaces, capabilities, /, /dev, /proc, /tmp); then ``mounts``, in order,
+    the later over the earlier, each ``(option, source, destination)`` (source "" for a
+    tmpfs); then the folder it starts in. sandbox_ahead.py makes the base before the job is
+    known and the mounts when it is."""
+
+    base: tuple[str, ...]
+    mounts: tuple[tuple[str, str, str], ...]
+    chdir: str | None
+
+    def argv(self, command: list[str]) -> list[str]:
+        """The whole bwrap command line that runs ``command`` in this view."""
+        out = list(self.base)
+        for option, src, dst in self.mounts:
+            out += [option, dst] if option == "--tmpfs" else [option, src, dst]
+        if self.chdir:
+            out += ["--chdir", self.chdir]
+        return [*out, "--", *command]
+
+
+def base_args(
+    bwrap: str,
+    *,
+    dev: Iterable[str] = ("--dev-bind", "/dev", "/dev"),
+    network: bool = True,
+    die_with_parent: bool = False,
+) -> tuple[tuple[str, ...], list[tuple[str, str, str]]]:
+    """bwrap and its options for every job of this kind, and the device nodes ``dev`` (bwrap's
+    arguments for /dev: sandbox_devices.py) binds on top, as mounts."""
+    dev = list(dev)
+    head = dev[:3] if dev[0] == "--dev-bind" else dev[:2]  # the host's /dev, or a fresh one
+    rest = dev[len(head) :]
+    nodes = [(rest[i], rest[i + 1], rest[i + 2]) for i in range(0, len(rest), 3)]
+    out = [bwrap, "--ro-bind", "/", "/", *head]
+    if die_with_parent:
+        out.append("--die-with-parent")
+    # Run as root, bwrap would leave the job every capability: it could unmount the tmpfs
+    # hiding AIR_HOME, or remount / writable. No capability, whoever runs it.
+    out += ["--cap-drop", "ALL", "--unshare-pid", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if not network:
+        out.append("--unshare-net")
+    return tuple(out), nodes
+
+
+def wrap(argv: list[str], **how: Any) -> list[str]:
+    """``argv`` run by bwrap with the job's view (module docstring): view()'s whole argv."""
+    return view(argv, **how).argv(argv)
+
+
+def view(
     argv: list[str],
     *,
     bwrap: str,
@@ -151,49 +204,44 @@ def wrap(
     die_with_parent: bool = False,
     kept: Iterable[str | os.PathLike[str]] = (),
     dev: Iterable[str] = ("--dev-bind", "/dev", "/dev"),
-) -> list[str]:
-    """``argv`` run by bwrap with the job's view (module docstring); mounts in order, the
-    later over the earlier. ``dev``: how /dev is made (sandbox_devices.py: a GPU job's)."""
+) -> View:
+    """The job's view (module docstring); mounts in order, the later over the earlier.
+    ``dev``: how /dev is made (sandbox_devices.py: a GPU job's)."""
     home_real = os.path.realpath(home)
-    out = [bwrap, "--ro-bind", "/", "/", *dev]
-    if die_with_parent:
-        out.append("--die-with-parent")
-    # Run as root, bwrap would leave the job every capability: it could unmount the tmpfs
-    # hiding AIR_HOME, or remount / writable. No capability, whoever runs it.
-    out += ["--cap-drop", "ALL", "--unshare-pid", "--proc", "/proc", "--tmpfs", "/tmp"]
-    if not network:
-        out.append("--unshare-net")
+    base, out = base_args(bwrap, dev=dev, network=network, die_with_parent=die_with_parent)
+
+    def ro(real: str) -> None:
+        out.append(("--ro-bind", real, real))
+
     # Its workdir (and a live job's cwd) may lie under /tmp, now private: seen read-only.
     for path in dict.fromkeys(p for p in (workdir, cwd) if p):
         real = _real_dir(path)
         if real and _hidden(real) and not _inside(real, home_real):  # AIR_HOME: hidden next
-            out += ["--ro-bind", real, real]
+            ro(real)
     for real in _named_paths(argv):  # `python /tmp/x/train.py`: its folder, read-only
         if not _inside(real, home_real):
-            out += ["--ro-bind", real, real]
-    for real in _program_paths(argv[0]):  # an interpreter or checkout under /tmp (CI's)
-        out += ["--ro-bind", real, real]
-    out += ["--tmpfs", home_real]  # AIR_HOME: nothing of it but the job's own folder
+            ro(real)
+    for real in program_paths(argv[0]):  # an interpreter or checkout under /tmp (CI's)
+        ro(real)
+    out.append(("--tmpfs", "", home_real))  # AIR_HOME: nothing of it but the job's own folder
     for real in data:  # checked against the roots at start (tracking/data.recheck_at_start)
         if not _inside(real, home_real):
-            out += ["--ro-bind", real, real]
+            ro(real)
     for path in readonly:  # may lie in AIR_HOME: a trial's folder, for its evaluator
         real = os.path.realpath(path)
         if os.path.exists(real):
-            out += ["--ro-bind", real, real]
+            ro(real)
     for path in writable:
         real = _real_dir(path)
         if real and not _inside(real, home_real) and not _inside(home_real, real):
-            out += ["--bind", real, real]
+            out.append(("--bind", real, real))
     jreal = os.path.realpath(jdir)
-    out += ["--bind", jreal, jreal]
+    out.append(("--bind", jreal, jreal))
     for path in kept:  # files in its folder that the job may read, never replace
         real = os.path.realpath(path)
         if os.path.isfile(real) and _inside(real, jreal):
-            out += ["--ro-bind", real, real]
-    if cwd:
-        out += ["--chdir", cwd]
-    return [*out, "--", *argv]
+            ro(real)
+    return View(base, tuple(out), cwd)
 
 
 def resolved(argv: list[str], path: str | None, cwd: str | None) -> list[str]:

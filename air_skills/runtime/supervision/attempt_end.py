@@ -15,7 +15,7 @@ from typing import Any
 from air_skills.gpu.providers import GpuFault
 from air_skills.home import job_dir
 from air_skills.runtime.containers import container, engine_exit
-from air_skills.runtime.execution import gang, sandbox
+from air_skills.runtime.execution import gang, sandbox, sandbox_ahead
 from air_skills.runtime.execution.metric_relay import MetricRelay
 from air_skills.runtime.execution.rendezvous import late_outcome
 from air_skills.runtime.process import proc
@@ -63,7 +63,9 @@ class AttemptEndMixin:
         # their subreaper) whatever left the group: a `setsid` child must not keep its GPU.
         proc.kill_group(self.child.pid, signal.SIGKILL)
         if proc.is_subreaper():
-            proc.sweep_descendants(spare=self.store.supervisor_pids())
+            # Not the next job's sandbox made ahead (sandbox_ahead.py): this process's own.
+            spare = [*self.store.supervisor_pids(), *sandbox_ahead.pids()]
+            proc.sweep_descendants(spare=spare)
         else:  # no subreaper here: the attempt's processes are found by their environment
             proc.sweep_job(self.job_id, self.row.attempts)
         if isinstance(engine_end, Outcome):  # the image lacks the command (126, 127)

@@ -14,6 +14,7 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.gpu.providers import provider
+from air_skills.runtime.execution import sandbox_ahead
 from air_skills.runtime.process import proc, signals
 from air_skills.runtime.scheduling import pass_queries
 from air_skills.runtime.scheduling.passes import cpu_slots, gpu_indices
@@ -27,6 +28,9 @@ LINGER_S = settings.get("AIR_SUPERVISOR_LINGER_S")
 # idle one has it: a tracked job handed to one without it waits seconds for its run (and a
 # sandboxed job's metrics for their relay), while a quick stream of untracked jobs is left be.
 PRELOAD_AFTER_S = 5.0
+# An idle supervisor makes its next job's sandbox (sandbox_ahead.py) once it has waited this
+# long: bwrap's start is then off that job's launch, and never beside a launch in flight.
+AHEAD_AFTER_S = 0.1
 
 
 def wait_for_job(
@@ -61,11 +65,16 @@ def wait_for_job(
         return None
     deadline = time.monotonic() + linger_s
     preload = None if tracking_loaded() else time.monotonic() + PRELOAD_AFTER_S
+    ahead: float | None = time.monotonic() + AHEAD_AFTER_S
     while True:
         row = pass_queries.given_job(store.read, me, store.home)
         if row is not None:
             return row
         now = time.monotonic()
+        if ahead is not None and now >= ahead and not stop.is_set():
+            ahead = None
+            sandbox_ahead.prepare()
+            continue  # a job may have come meanwhile
         left = deadline - now
         wanted = (
             left > 0
@@ -91,7 +100,8 @@ def wait_for_job(
             continue
         if preload is not None and now >= preload:  # another idle one has it: ask again later
             preload = now + PRELOAD_AFTER_S
-        signals.wait_readable([], left if preload is None else min(left, preload - now))
+        wake = min(t for t in (deadline, preload, ahead) if t is not None)
+        signals.wait_readable([], max(0.0, wake - now))
 
 
 def tracking_loaded() -> bool:

@@ -34,6 +34,7 @@ from air_skills import settings
 from air_skills.gpu.providers import GpuFault, provider
 from air_skills.home import job_dir
 from air_skills.runtime.containers import container
+from air_skills.runtime.execution import sandbox_ahead
 from air_skills.runtime.execution.launch_env import command_launch
 from air_skills.runtime.execution.metric_relay import MetricRelay, open_relay
 from air_skills.runtime.execution.rendezvous import describe_late, watch_joins
@@ -58,6 +59,9 @@ from air_skills.runtime.supervision.idle import load_tracking, wait_for_job
 GRACE_S = settings.get("AIR_GRACE_S")
 HEALTH_INTERVAL_S = settings.get("AIR_HEALTH_INTERVAL_S")
 POLL_S = 0.05  # where the command's exit cannot be waited for (no pidfd): poll this often
+# A job that has run this long has had its start: its supervisor makes the next job's
+# sandbox now (sandbox_ahead.py), ready for a job its own pass starts when this one ends.
+AHEAD_AFTER_RUN_S = 2.0
 # POKE_SIGNAL arrived: read the state now. One flag for the process, so that a poke that comes
 # while one job hands over to the next is not lost (a stale one costs one read).
 _POKED = signals.SignalFlag()
@@ -290,6 +294,7 @@ class Supervisor(AttemptEndMixin):
         next_db_check: float,
         pidfd: int | None,
     ) -> int:
+        started = time.monotonic()
         while True:
             rc = child.poll()
             if rc is not None:
@@ -308,6 +313,8 @@ class Supervisor(AttemptEndMixin):
                 return self._terminate()
             if now >= next_db_check:
                 next_db_check = now + 1.0
+                if now - started >= AHEAD_AFTER_RUN_S:  # the next job's sandbox, if none
+                    sandbox_ahead.prepare()
                 late = self.joins.check() if self.joins is not None else None
                 if late is not None:
                     self.late = describe_late(late, self.row.log_path)
@@ -402,6 +409,7 @@ def main(argv: list[str] | None = None) -> None:
                 break
             sup = Supervisor(home, given.job_id, store, started=Started(given))
     finally:
+        sandbox_ahead.discard()
         for work in _RUN_WORK:  # a spare run half made would be lost to the pool
             work.join(30)
         store.close()

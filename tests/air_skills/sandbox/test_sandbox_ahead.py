@@ -1,0 +1,205 @@
+"""Issue 25: a sandbox made ahead by an idle supervisor gives its job the very view bwrap gives.
+
+sandbox_ahead.py starts bwrap before the job is known and its stub makes the job's mounts
+when it is. Each test runs real jobs, finds which way each started (the bwrap command line of
+its recorded pid), and compares what the job saw: its mounts, capabilities, signals, files
+and what it could write. The other sandbox tests run through both ways as they come.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+
+from air_skills import Client, JobSpec, JobStatus
+from air_skills.runtime.execution import sandbox, sandbox_ahead
+from air_skills.runtime.execution.sandbox_stub import HOST_VIEW
+
+PY = sys.executable
+pytestmark = pytest.mark.skipif(
+    sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"
+)
+
+PROBE = r"""
+import json, os, sys
+home = os.environ["AIR_HOME"]
+jdir = os.path.dirname(os.environ["AIR_CONFIG_FILE"])
+top = {}
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    top[f[4]] = f[5].split(",")[0]  # the later entry is the one on top: ro or rw
+lines = open("/proc/self/status").read().splitlines()
+status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+def writable(path):
+    try:
+        open(os.path.join(path, ".probe"), "w").close()
+        os.remove(os.path.join(path, ".probe"))
+        return True
+    except OSError:
+        return False
+report = {
+    "mounts": {p: o for p, o in top.items() if not p.startswith(("/proc/", "/sys/", "/dev/"))},
+    "caps": [status[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")],
+    "no_new_privs": status["NoNewPrivs"],
+    "signals": [status[k] for k in ("SigIgn", "SigBlk")],
+    "uid": [os.getuid(), os.getgid()],
+    "fds": sorted(os.listdir("/proc/self/fd")),
+    "cwd": os.getcwd(),
+    "home": sorted(os.listdir(home)),
+    "host_view": os.path.lexists(sys.argv[1]),
+    "tmp": sorted(os.listdir("/tmp")),
+    "job_folder_writable": writable(jdir),
+    "home_writable": writable(home),
+}
+print("PROBE " + json.dumps(report), flush=True)
+"""
+
+
+def _started_ahead(pid: int) -> bool:
+    """Whether the job's recorded process (its bwrap) is a sandbox made ahead."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return b"sandbox_stub.py" in f.read()
+
+
+def _spare_ready(home: Path) -> bool:
+    """Whether an idle supervisor of ``home`` holds a sandbox made ahead (its bwrap is up)."""
+    mark = f"\0{os.path.realpath(home)}\0".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if cmd.startswith(b"bwrap\0") or b"/bwrap\0" in cmd:
+            if b"sandbox_stub.py" in cmd and mark in cmd:
+                return True
+    return False
+
+
+def _probe(client: Client, script: Path, gate: Path) -> tuple[dict, bool]:
+    """Run the probe held at its start by ``gate`` (so its bwrap can be read), then let it go."""
+    held = (
+        "import os, time\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n"
+        f"import runpy, sys; sys.argv = [{str(script)!r}, {HOST_VIEW!r}]\n"
+        f"runpy.run_path({str(script)!r}, run_name='__main__')\n"
+    )
+    info = client.launch(
+        JobSpec(command=[PY, "-c", held], track=False, sandbox="on", workdir=str(script.parent))
+    )
+    pid = wait_until(lambda: client.store.row(info.job_id).job_pid, timeout_s=60)
+    ahead = _started_ahead(pid)
+    gate.write_text("go")
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    log = client.logs(info.job_id, tail=None).text
+    assert done.status == JobStatus.SUCCEEDED, (done.message, log)
+    gate.unlink()
+    return json.loads(log.split("PROBE ", 1)[1].splitlines()[0]), ahead
+
+
+def _comparable(report: dict) -> dict:
+    """The report with its job's own folder name put aside."""
+    out = dict(report)
+    out["mounts"] = {re.sub(r"job-[0-9a-f]+", "JOB", p): o for p, o in report["mounts"].items()}
+    out["home"] = [re.sub(r"job-[0-9a-f]+", "JOB", n) for n in report["home"]]
+    out["cwd"] = re.sub(r"job-[0-9a-f]+", "JOB", report["cwd"])
+    cap_inh, cap_prm, cap_eff, _bounding, cap_amb = report["caps"]
+    out["caps"] = [cap_inh, cap_prm, cap_eff, cap_amb]  # bwrap run as root keeps a bounding set
+    return out
+
+
+def test_a_job_in_a_sandbox_made_ahead_sees_what_bwrap_shows_it(
+    client: Client, air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "probe.py"
+    script.write_text(PROBE)
+    gate = work / "gate"
+    # Made ahead: the supervisor of a first job, idle now, has one ready.
+    first = client.launch(JobSpec(command=["true"], track=False, sandbox="off"))
+    assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+    wait_until(lambda: _spare_ready(air_home), timeout_s=60)
+    warm, warm_ahead = _probe(client, script, gate)
+    assert warm_ahead, "the probe should have started in the sandbox made ahead"
+    # bwrap on the launch's path: a launch that says AIR_SANDBOX_AHEAD=off
+    monkeypatch.setenv("AIR_SANDBOX_AHEAD", "off")
+    cold, cold_ahead = _probe(client, script, gate)
+    assert not cold_ahead
+    # The same view, the same privileges (none), the same signals and files.
+    assert warm["caps"] == ["0000000000000000"] * 5, warm["caps"]
+    assert warm["no_new_privs"].strip() == "1"
+    assert warm["host_view"] is False and ".air-host" not in warm["tmp"]
+    assert warm["job_folder_writable"] is True
+    assert warm["home"] == ["jobs"]  # AIR_HOME is a private tmpfs: no air.db, no other job
+    assert warm["fds"] == ["0", "1", "2", "3"]  # 3: the listing's own
+    assert _comparable(warm) == _comparable(cold)
+
+
+def test_the_jobs_own_work_and_its_exit_status_come_through_a_sandbox_made_ahead(
+    client: Client, air_home: Path, tmp_path: Path
+) -> None:
+    first = client.launch(JobSpec(command=["true"], track=False, sandbox="on"))
+    assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+    wait_until(lambda: _spare_ready(air_home), timeout_s=60)
+    gate = tmp_path / "gate"  # under /tmp: the job sees it through its workdir's bind
+    script = (
+        "import os, signal, time\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n"
+        "open(os.path.join(os.environ['AIR_CHECKPOINT_DIR'], 'ckpt'), 'w').write('w')\n"
+        "print('to the log', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+    )
+    info = client.launch(
+        JobSpec(command=[PY, "-c", script], track=False, sandbox="on", workdir=str(tmp_path))
+    )
+    pid = wait_until(lambda: client.store.row(info.job_id).job_pid, timeout_s=60)
+    assert _started_ahead(pid)
+    gate.write_text("go")
+    done = client.wait([info.job_id], timeout_s=60)[0]
+    assert done.status == JobStatus.FAILED and done.signal == "SIGTERM", done
+    assert "to the log" in client.logs(info.job_id).text
+    ckpt = air_home / "jobs" / info.job_id / "checkpoints" / "ckpt"
+    assert ckpt.read_text() == "w"
+
+
+def test_a_spare_that_cannot_make_the_view_gives_up_and_the_job_starts_as_usual(
+    air_home: Path, tmp_path: Path
+) -> None:
+    """In this process: a spare made, a view its stub refuses; start() says so (None), and
+    the spare's processes are gone."""
+    air_home.mkdir(parents=True, exist_ok=True)
+    sandbox_ahead.prepare()
+    spare = sandbox_ahead._SPARE
+    assert spare is not None
+    try:
+        wait_until(spare.ready, timeout_s=60)
+        base = spare.base
+        view = sandbox.View(base, (("--no-such-mount", "/", "/x"),), None)
+        log = tmp_path / "log"
+        with open(log, "ab") as f:
+            child = sandbox_ahead.start(view, ["true"], {"PATH": os.defpath}, f.fileno())
+        assert child is None
+        assert spare.child.poll() is not None  # ended, and reaped
+        assert sandbox_ahead._SPARE is None
+        assert log.read_text() == ""  # nothing started, nothing said in the job's log
+    finally:
+        sandbox_ahead.discard()
+
+
+def test_a_leaving_supervisor_takes_its_sandbox_made_ahead_with_it(
+    client: Client, air_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = client.launch(JobSpec(command=["true"], track=False, sandbox="on"))
+    assert client.wait([info.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+    wait_until(lambda: _spare_ready(air_home), timeout_s=60)
+    # The supervisor lingers 3 s (conftest), then leaves: its spare must not outlive it.
+    wait_until(lambda: not _spare_ready(air_home), timeout_s=60)
