@@ -300,11 +300,14 @@
   }
 
   // The first screen is on the screen: what is below it (the table's rows out of the window,
-  // the lineage, whose layout would cost the first paint a second pass) is drawn from then on.
+  // the lineage, whose layout would cost the first paint a second pass; a big study's comes
+  // with its whole view) is drawn from then on.
   let painted = false;
   function belowTheFold() {
     painted = true;
-    if (current && current.lineage) { renderLineage(current); drawWindow(); }
+    if (!current || !current.trials) return;
+    drawWindow();
+    if (current.lineage) renderLineage(current); // a big study's: with its whole view
   }
 
   function renderLineage(v) {
@@ -337,6 +340,7 @@
     ui.version = v.version;
     if (!rest) { renderStudy(v); return; }
     current = v; renderTable(v); // the rest of the table: the chart and all else are drawn
+    if (painted) renderLineage(v); // else once the first screen is painted
     window.AIR_RENDERED = { version: v.version, at_ms: performance.now() };
   }
   const FIRST = "first-"; // a first screen's version (web/first.py)

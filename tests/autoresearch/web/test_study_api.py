@@ -186,8 +186,13 @@ def test_a_big_study_s_page_inlines_its_first_screen_and_its_stream_the_rest(
         assert [p[0] for p in first["points"]] == list(range(300))  # the chart: every trial
         kinds = {p[2] for p in first["points"]}
         assert {"b", "k", "o"} <= kinds and "ox" in kinds  # baseline, kept, other; failed
-        assert first["counts"] == whole["counts"] and first["lineage"] == whole["lineage"]
-        assert len(html) < len(raw) / 2  # 300 trials; 1,000: ~110 KB of ~600 KB
+        assert first["counts"] == whole["counts"] and "lineage" not in first  # below the fold
+        best = whole["best_so_far"]  # the chart's step line: where the best changes
+        assert first["best_so_far"] == [
+            p for i, p in enumerate(best) if not i or p[1] != best[i - 1][1]
+        ]
+        assert len(first["best_so_far"]) < len(best) / 10
+        assert len(html) < len(raw) / 3  # 300 trials; 1,000: ~70 KB of ~600 KB
         # the page's event stream, asked from the first screen's version, sends the whole view
         url = f"{base}/api/studies/big/events?version={first['version']}"
         with urllib.request.urlopen(url, timeout=30) as stream:

@@ -162,7 +162,7 @@ def test_a_study_of_a_thousand_trials_loads(page, tmp_path: Path) -> None:
 
 
 def test_a_big_study_s_first_rows_paint_without_its_whole_view(page, tmp_path: Path) -> None:
-    write_journal(tmp_path / "studies" / "big", 400, name="big")
+    write_journal(tmp_path / "studies" / "big", 400, name="big", code_every=7)
     with serving(tmp_path / "studies") as base:
         # neither the stream nor a poll can bring the whole view: the first screen stands alone
         page.route("**/events*", lambda route: route.abort())
@@ -172,10 +172,13 @@ def test_a_big_study_s_first_rows_paint_without_its_whole_view(page, tmp_path: P
         page.wait_for_function("performance.getEntriesByType('paint').length > 0")  # painted
         assert page.inner_text("#shown") == "the first 40 of 400 trials (loading the rest)"
         assert page.locator("#chart path.best").count() == 1
+        assert page.locator("#lineage a[data-n]").count() == 0  # below the fold: comes with it
         page.unroute("**/events*")
         page.unroute("**/api/studies/big")  # the page's next poll brings it
         page.wait_for_function("window.AIR_ROWS_DONE && window.AIR_ROWS_DONE.n === 400")
         assert page.inner_text("#shown") == "400 of 400 trials"
+        page.wait_for_selector("#lineage a[data-n]")
+        assert page.locator("#lineage a[data-n]").count() == 57  # trials 3, 10, ..., 395
 
 
 def test_the_html_report_works_from_a_file(page, tmp_path: Path) -> None:
