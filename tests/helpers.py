@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -43,3 +44,58 @@ GATED = (
 def open_gate(job_dir: Path) -> None:
     """Let a GATED job end."""
     (job_dir / "gate").write_text("")
+
+
+def started_ahead(pid: int) -> bool:
+    """Whether a sandboxed job's recorded process (its bwrap) is a sandbox made ahead by an
+    idle supervisor (runtime/execution/sandbox_ahead.py), not one bwrap made at its start."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return b"sandbox_stub.py" in f.read()
+
+
+def spares_ready(home: Path) -> bool:
+    """Whether every idle supervisor of ``home`` holds a sandbox made ahead whose stub waits
+    for a job (sandbox_stub.READY_NAME, three processes below it: bwrap, bwrap's init)."""
+    import sqlite3
+
+    conn = sqlite3.connect(home / "air.db")
+    try:
+        idle = {row[0] for row in conn.execute("SELECT pid FROM idle_supervisors")}
+    finally:
+        conn.close()
+    return bool(idle) and idle <= set(ready_spares(home).values())
+
+
+def ready_spares(home: Path) -> dict[int, int]:
+    """The waiting stubs of sandboxes made ahead for ``home``: stub pid -> its supervisor."""
+    from air_skills.runtime.execution.sandbox_stub import READY_NAME
+
+    mark = f"\0{os.path.realpath(home)}\0".encode()
+    out: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or _read(f"/proc/{entry}/comm") != READY_NAME:
+            continue
+        bwrap = _parent(_parent(int(entry)))
+        try:
+            with open(f"/proc/{bwrap}/cmdline", "rb") as f:
+                if mark not in f.read():
+                    continue
+        except OSError:
+            continue
+        out[int(entry)] = _parent(bwrap)
+    return out
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    for line in _read(f"/proc/{pid}/status").splitlines():
+        if line.startswith("PPid:"):
+            return int(line.split()[1])
+    return 0

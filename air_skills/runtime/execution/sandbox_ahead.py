@@ -61,7 +61,8 @@ class Spare:
         """``mounts`` less those the prelude made already, where that gives the same view:
         a read-only bind of the host's own folder at its place shows the same files above
         or below another (unless the prelude's tmpfs hides it); the tmpfs over AIR_HOME
-        when nothing mounted before it lies in it."""
+        when nothing mounted before it lies in it or over it (a bind of a folder holding
+        AIR_HOME, e.g. the script's, would show the real one: air.db, every job)."""
         tmpfs = [dst for option, _src, dst in self.prelude if option == "--tmpfs"]
         out: list[Mount] = []
         for mount in mounts:
@@ -69,7 +70,7 @@ class Spare:
             if mount in self.prelude:
                 if option == "--ro-bind" and not any(_inside(dst, t) for t in tmpfs):
                     continue
-                if option == "--tmpfs" and not any(_inside(m[2], dst) for m in out):
+                if option == "--tmpfs" and not any(_overlap(m[2], dst) for m in out):
                     continue
             out.append(mount)
         return out
@@ -86,6 +87,10 @@ class Spare:
 
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _overlap(a: str, b: str) -> bool:
+    return _inside(a, b) or _inside(b, a)
 
 
 _SPARE: Spare | None = None

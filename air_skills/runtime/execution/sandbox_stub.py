@@ -4,14 +4,15 @@ capability, become the job.
 bwrap made the namespaces and the base view (/, /dev, /proc, a private /tmp) before any job
 was known, and left this process CAP_SYS_ADMIN and CAP_SETPCAP only, plus the host's whole
 tree at HOST_VIEW. When its supervisor sends a job (its log as a file descriptor, then its
-mounts, folder, argv and environment as JSON), this process makes the job's mounts exactly
-as bwrap would from the same arguments (sandbox.View), detaches HOST_VIEW, drops every
-capability (asked of the kernel again: it never runs a job that holds one) and execs the
-job. It tells the supervisor ``R`` once it is ready, ``X`` just before the exec, ``E`` and why
-when it gives up (the supervisor then starts the job the usual way); an EOF (the supervisor
-gone) ends it. Run as a script (``python -S -I``): stdlib only, nothing of air_skills, and
-the C modules where their Python wrappers would double its start (a sandbox per idle
-supervisor, made while it waits).
+mounts, folder, argv and environment), this process makes the job's mounts exactly as bwrap
+would from the same arguments (sandbox.View), detaches HOST_VIEW, drops every capability
+(asked of the kernel again: it never runs a job that holds one) and execs the job.
+
+It tells the supervisor ``R`` once it is ready (and names itself READY_NAME), ``X`` just
+before the exec, ``E`` and why when it gives up (the supervisor then starts the job the
+usual way); an EOF (the supervisor gone) ends it. Run as a script (``python -S -I``):
+stdlib only, nothing of air_skills, and the C modules where their Python wrappers would
+double its start (a sandbox per idle supervisor, made while it waits).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import struct
 import sys
 
 HOST_VIEW = "/tmp/.air-host"
+READY_NAME = "air-spare"  # the stub's process name once it waits for a job
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
@@ -179,6 +181,8 @@ def main() -> None:
         sock.sendall(b"E" + str(exc).encode(errors="replace"))
         os._exit(1)
     sock.sendall(b"R")
+    with open("/proc/self/comm", "w") as f:  # what `ps` (and a test) sees of a ready one
+        f.write(READY_NAME)
     try:
         log_fd, job = _receive(sock)
     except (EOFError, OSError):

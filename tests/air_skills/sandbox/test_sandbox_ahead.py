@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import ready_spares, spares_ready, started_ahead, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.execution import sandbox, sandbox_ahead
@@ -61,29 +61,6 @@ print("PROBE " + json.dumps(report), flush=True)
 """
 
 
-def _started_ahead(pid: int) -> bool:
-    """Whether the job's recorded process (its bwrap) is a sandbox made ahead."""
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return b"sandbox_stub.py" in f.read()
-
-
-def _spare_ready(home: Path) -> bool:
-    """Whether an idle supervisor of ``home`` holds a sandbox made ahead (its bwrap is up)."""
-    mark = f"\0{os.path.realpath(home)}\0".encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if cmd.startswith(b"bwrap\0") or b"/bwrap\0" in cmd:
-            if b"sandbox_stub.py" in cmd and mark in cmd:
-                return True
-    return False
-
-
 def _probe(client: Client, script: Path, gate: Path) -> tuple[dict, bool]:
     """Run the probe held at its start by ``gate`` (so its bwrap can be read), then let it go."""
     held = (
@@ -96,7 +73,7 @@ def _probe(client: Client, script: Path, gate: Path) -> tuple[dict, bool]:
         JobSpec(command=[PY, "-c", held], track=False, sandbox="on", workdir=str(script.parent))
     )
     pid = wait_until(lambda: client.store.row(info.job_id).job_pid, timeout_s=60)
-    ahead = _started_ahead(pid)
+    ahead = started_ahead(pid)
     gate.write_text("go")
     done = client.wait([info.job_id], timeout_s=120)[0]
     log = client.logs(info.job_id, tail=None).text
@@ -119,15 +96,16 @@ def _comparable(report: dict) -> dict:
 def test_a_job_in_a_sandbox_made_ahead_sees_what_bwrap_shows_it(
     client: Client, air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    script = work / "probe.py"
+    # In the folder that holds AIR_HOME: the bind of the script's folder lies over AIR_HOME,
+    # and the tmpfs hiding AIR_HOME must still come on top of it.
+    assert air_home.parent == tmp_path
+    script = tmp_path / "probe.py"
     script.write_text(PROBE)
-    gate = work / "gate"
+    gate = tmp_path / "gate"
     # Made ahead: the supervisor of a first job, idle now, has one ready.
     first = client.launch(JobSpec(command=["true"], track=False, sandbox="off"))
     assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
-    wait_until(lambda: _spare_ready(air_home), timeout_s=60)
+    wait_until(lambda: spares_ready(air_home), timeout_s=60)
     warm, warm_ahead = _probe(client, script, gate)
     assert warm_ahead, "the probe should have started in the sandbox made ahead"
     # bwrap on the launch's path: a launch that says AIR_SANDBOX_AHEAD=off
@@ -149,7 +127,7 @@ def test_the_jobs_own_work_and_its_exit_status_come_through_a_sandbox_made_ahead
 ) -> None:
     first = client.launch(JobSpec(command=["true"], track=False, sandbox="on"))
     assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
-    wait_until(lambda: _spare_ready(air_home), timeout_s=60)
+    wait_until(lambda: spares_ready(air_home), timeout_s=60)
     gate = tmp_path / "gate"  # under /tmp: the job sees it through its workdir's bind
     script = (
         "import os, signal, time\n"
@@ -162,7 +140,7 @@ def test_the_jobs_own_work_and_its_exit_status_come_through_a_sandbox_made_ahead
         JobSpec(command=[PY, "-c", script], track=False, sandbox="on", workdir=str(tmp_path))
     )
     pid = wait_until(lambda: client.store.row(info.job_id).job_pid, timeout_s=60)
-    assert _started_ahead(pid)
+    assert started_ahead(pid)
     gate.write_text("go")
     done = client.wait([info.job_id], timeout_s=60)[0]
     assert done.status == JobStatus.FAILED and done.signal == "SIGTERM", done
@@ -196,10 +174,14 @@ def test_a_spare_that_cannot_make_the_view_gives_up_and_the_job_starts_as_usual(
 
 
 def test_a_leaving_supervisor_takes_its_sandbox_made_ahead_with_it(
-    client: Client, air_home: Path, monkeypatch: pytest.MonkeyPatch
+    client: Client, air_home: Path
 ) -> None:
     info = client.launch(JobSpec(command=["true"], track=False, sandbox="on"))
     assert client.wait([info.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
-    wait_until(lambda: _spare_ready(air_home), timeout_s=60)
-    # The supervisor lingers 3 s (conftest), then leaves: its spare must not outlive it.
-    wait_until(lambda: not _spare_ready(air_home), timeout_s=60)
+    wait_until(lambda: spares_ready(air_home), timeout_s=60)
+    spares = ready_spares(air_home)
+    # The supervisors linger 3 s (conftest), then leave: no spare may outlive its own.
+    for stub, supervisor in spares.items():
+        wait_until(lambda s=supervisor: not os.path.exists(f"/proc/{s}"), timeout_s=60)
+        wait_until(lambda s=stub: not os.path.exists(f"/proc/{s}"), timeout_s=30)
+    assert ready_spares(air_home) == {}

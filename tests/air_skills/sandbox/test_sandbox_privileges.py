@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import spares_ready, started_ahead, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.execution import sandbox
@@ -49,21 +50,36 @@ print("UNDO " + json.dumps(out), flush=True)
 """
 
 
-def _undo_report(client: Client, tmp_path: Path) -> dict:
+def _undo_report(client: Client, tmp_path: Path) -> tuple[dict, bool]:
+    """What the job could undo, and whether it ran in a sandbox made ahead."""
     script = tmp_path / "undo.py"
-    script.write_text(UNDO)
+    script.write_text(UNDO + "import time; time.sleep(0.5)\n")  # its bwrap is read meanwhile
     info = client.launch(JobSpec(command=[PY, str(script)], track=False, name="undo", sandbox="on"))
+    pid = wait_until(lambda: client.store.row(info.job_id).job_pid, timeout_s=60)
+    ahead = started_ahead(pid)
     done = client.wait([info.job_id], timeout_s=120)[0]
     log = client.logs(info.job_id, tail=None).text
     assert done.status == JobStatus.SUCCEEDED, (done.message, log)
-    return json.loads(log.split("UNDO ", 1)[1].splitlines()[0])
+    return json.loads(log.split("UNDO ", 1)[1].splitlines()[0]), ahead
 
 
+@pytest.mark.parametrize("made_ahead", [False, True], ids=["bwrap-at-start", "made-ahead"])
 def test_a_sandboxed_job_holds_no_capability_and_cannot_undo_its_view(
-    client: Client, air_home: Path, tmp_path: Path
+    client: Client,
+    air_home: Path,
+    tmp_path: Path,
+    made_ahead: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if not made_ahead:  # bwrap made at the job's start: the launch says so
+        monkeypatch.setenv("AIR_SANDBOX_AHEAD", "off")
+    else:  # a first job's supervisor, idle now, holds a sandbox made ahead
+        first = client.launch(JobSpec(command=["true"], track=False, sandbox="off"))
+        assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+        wait_until(lambda: spares_ready(air_home), timeout_s=60)
     assert (air_home / "air.db").exists()
-    seen = _undo_report(client, tmp_path)
+    seen, ahead = _undo_report(client, tmp_path)
+    assert ahead is made_ahead
     assert seen["caps"] == {"CapInh": 0, "CapPrm": 0, "CapEff": 0, "CapAmb": 0}, seen
     assert seen["no_new_privs"] == "1"
     assert seen["umount_home"] != "done", seen
