@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import spares_ready, started_ahead, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.execution import sandbox, sandbox_devices
@@ -78,3 +79,26 @@ def test_gpu_indices_map_to_device_minor_numbers(tmp_path: Path) -> None:
     args = sandbox_devices.dev_args([0], str(dev), lambda gpus: [3 for _ in gpus])
     bound = args[4::3]  # ["--dev", "/dev", then ("--dev-bind", src, dst) ...]
     assert "/dev/nvidia3" in bound and "/dev/nvidia0" not in bound
+
+
+def test_a_sandbox_made_ahead_gives_a_gpu_job_the_same_nodes(
+    client: Client, air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_SANDBOX_DEV_ROOT", str(_fake_dev(tmp_path)))
+    first = client.launch(JobSpec(command=["true"], track=False, sandbox="off"))
+    assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+    wait_until(lambda: spares_ready(air_home), timeout_s=60)
+    gate = tmp_path / "gate"  # seen through the job's workdir, bound read-only
+    held = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.02)\n" + LOOK
+    info = client.launch(
+        JobSpec(command=[PY, "-c", held], gpus=1, track=False, code="live", workdir=str(tmp_path))
+    )
+    pid = wait_until(lambda: client.store.row(info.job_id).job_pid, timeout_s=60)
+    assert started_ahead(pid)
+    gate.write_text("go")
+    seen = _seen(client, info.job_id)
+    gpus = client.get(info.job_id).gpus
+    nodes = {n for n in seen["dev"] if n.startswith("nvidia")}  # type: ignore[union-attr]
+    assert nodes == {f"nvidia{g}" for g in gpus} | {"nvidiactl", "nvidia-uvm", "nvidia-caps"}
+    assert "sda" not in seen["dev"] and "null" in seen["dev"]  # type: ignore[operator]
+    assert seen["mine"] == f"nvidia{gpus[0]}" and seen["caps"] == ["nvidia-cap1"]
