@@ -275,7 +275,11 @@ def doctor_check() -> dict[str, str]:
         return {"name": name, "status": "warn", "detail": detail, "next": "unset AIR_SANDBOX"}
     why = unavailable()
     if why is None:
-        detail = f"{bwrap_path()} works: local jobs run sandboxed (AIR_SANDBOX={mode})"
+        ahead = settings.get("AIR_SANDBOX_AHEAD")
+        detail = (
+            f"{bwrap_path()} works: local jobs run sandboxed (AIR_SANDBOX={mode}); idle"
+            f" supervisors make the next one ahead (AIR_SANDBOX_AHEAD={ahead})"
+        )
         return {"name": name, "status": "ok", "detail": detail, "next": ""}
     detail = f"none: {why}; " + (
         "a job asking for one (sandbox: on) is refused"

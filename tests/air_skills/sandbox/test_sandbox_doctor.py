@@ -14,6 +14,7 @@ def test_doctor_reports_a_working_sandbox() -> None:
     check = sandbox.doctor_check()
     assert check["name"] == "sandbox" and check["status"] == "ok"
     assert "bwrap" in check["detail"] and "AIR_SANDBOX=auto" in check["detail"]
+    assert "AIR_SANDBOX_AHEAD=on" in check["detail"]
 
 
 def test_doctor_says_why_there_is_none_and_fails_when_one_is_required(
