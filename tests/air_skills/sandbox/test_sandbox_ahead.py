@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ready_spares, spares_ready, started_ahead, wait_until
+from helpers import GATED, open_gate, ready_spares, spares_ready, started_ahead, wait_until
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.execution import sandbox, sandbox_ahead
@@ -185,3 +185,24 @@ def test_a_leaving_supervisor_takes_its_sandbox_made_ahead_with_it(
         wait_until(lambda s=supervisor: not os.path.exists(f"/proc/{s}"), timeout_s=60)
         wait_until(lambda s=stub: not os.path.exists(f"/proc/{s}"), timeout_s=30)
     assert ready_spares(air_home) == {}
+
+
+def test_a_running_jobs_supervisor_makes_the_next_sandbox_for_the_job_queued_behind_it(
+    client: Client, air_home: Path
+) -> None:
+    """The job that runs past AIR_SANDBOX_AHEAD's start time gets its supervisor to make the
+    next sandbox then; the job queued behind it (all GPUs) starts in it when it ends."""
+    first = client.launch(
+        JobSpec(command=[PY, "-c", GATED], gpus=4, track=False, sandbox="on", code="live")
+    )
+    row = wait_until(lambda: (r := client.store.row(first.job_id)) and r.job_pid and r, 60)
+    queued = client.launch(JobSpec(command=["sleep", "1"], gpus=4, track=False, sandbox="on"))
+    assert client.get(queued.job_id).status == JobStatus.QUEUED
+    # Made while the first runs (supervisor.AHEAD_AFTER_RUN_S), by the first's supervisor.
+    mine = row.supervisor_pid
+    wait_until(lambda: mine in ready_spares(air_home).values(), timeout_s=60)
+    open_gate(air_home / "jobs" / first.job_id)
+    pid = wait_until(lambda: client.store.row(queued.job_id).job_pid, timeout_s=60)
+    assert client.store.row(queued.job_id).supervisor_pid == mine
+    assert started_ahead(pid)
+    assert client.wait([queued.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
