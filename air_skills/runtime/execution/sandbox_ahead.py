@@ -94,6 +94,10 @@ def _overlap(a: str, b: str) -> bool:
 
 
 _SPARE: Spare | None = None
+# Spares that ended unused (bwrap or the stub refused here): after this many, this process
+# makes no more and its jobs start through bwrap as before.
+GIVE_UP_AFTER = 3
+_lost = 0
 
 
 def enabled(environ: dict[str, str] | None = None) -> bool:
@@ -108,10 +112,12 @@ def enabled(environ: dict[str, str] | None = None) -> bool:
 def prepare() -> None:
     """Make this process's sandbox ahead, unless it has one (an idle supervisor calls it)."""
     global _SPARE
-    if _SPARE is not None and _SPARE.owner == os.getpid() and _SPARE.child.poll() is None:
-        return
+    if _SPARE is not None and _SPARE.owner == os.getpid():
+        if _SPARE.child.poll() is None:
+            return
+        _gone_unused(f"bwrap exited {_SPARE.child.returncode}")
     _SPARE = None
-    if not enabled():
+    if _lost >= GIVE_UP_AFTER or not enabled():
         return
     bwrap = sandbox.bwrap_path()
     assert bwrap is not None  # enabled() found it
@@ -133,8 +139,7 @@ def prepare() -> None:
         child = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # bwrap's complaints, if any, go to this log
             process_group=0,
             close_fds=True,
             pass_fds=(theirs.fileno(),),
@@ -172,12 +177,20 @@ def start(
     except OSError:
         said = b""
     if said[:1] != b"X":
-        why = said[1:].decode(errors="replace") if said[:1] == b"E" else "no answer"
-        print(f"[air] the sandbox made ahead gave up ({why}): started as usual", file=sys.stderr)
         spare.close()
+        _gone_unused(said[1:].decode(errors="replace") if said[:1] == b"E" else "no answer")
         return None
     spare.sock.close()  # nothing more to say: the job cannot reach this process through it
     return spare.child
+
+
+def _gone_unused(why: str) -> None:
+    """A spare ended without its job (which starts through bwrap): said in this process's
+    log; after GIVE_UP_AFTER of them, no more spares here."""
+    global _lost
+    _lost += 1
+    last = " (no more here: jobs start through bwrap)" if _lost >= GIVE_UP_AFTER else ""
+    print(f"[air] a sandbox made ahead ended unused: {why}{last}", file=sys.stderr, flush=True)
 
 
 def pids() -> list[int]:

@@ -206,3 +206,37 @@ def test_a_running_jobs_supervisor_makes_the_next_sandbox_for_the_job_queued_beh
     assert client.store.row(queued.job_id).supervisor_pid == mine
     assert started_ahead(pid)
     assert client.wait([queued.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+
+
+def test_spares_that_keep_failing_are_given_up_and_said(
+    air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    """A bwrap that refuses what a spare asks (here: a wrapper that fails any command line
+    naming the stub) costs a few tries, each said in the log, then no more."""
+    real = sandbox.bwrap_path()
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *sandbox_stub.py*) echo "bwrap: refused here" >&2; exit 1;; esac\n'
+        f'exec {real} "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("AIR_BWRAP", str(fake))
+    air_home.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(sandbox_ahead, "_lost", 0)
+    try:
+        for _ in range(sandbox_ahead.GIVE_UP_AFTER):
+            sandbox_ahead.prepare()
+            spare = sandbox_ahead._SPARE
+            assert spare is not None
+            spare.child.wait(timeout=60)
+        sandbox_ahead.prepare()  # finds the last one gone: the third loss, and no new try
+        assert sandbox_ahead._SPARE is None and sandbox_ahead._lost == sandbox_ahead.GIVE_UP_AFTER
+        sandbox_ahead.prepare()
+        assert sandbox_ahead._SPARE is None
+    finally:
+        sandbox_ahead.discard()
+    said = capfd.readouterr().err
+    assert said.count("bwrap: refused here") == sandbox_ahead.GIVE_UP_AFTER
+    assert said.count("a sandbox made ahead ended unused") == sandbox_ahead.GIVE_UP_AFTER
+    assert "no more here" in said
