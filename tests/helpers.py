@@ -55,7 +55,7 @@ def started_ahead(pid: int) -> bool:
 
 def spares_ready(home: Path) -> bool:
     """Whether every idle supervisor of ``home`` holds a sandbox made ahead whose stub waits
-    for a job (sandbox_stub.READY_NAME, three processes below it: bwrap, bwrap's init)."""
+    for a job (sandbox_ahead.READY_NAME, three processes below it: bwrap, bwrap's init)."""
     import sqlite3
 
     conn = sqlite3.connect(home / "air.db")
@@ -68,7 +68,7 @@ def spares_ready(home: Path) -> bool:
 
 def ready_spares(home: Path) -> dict[int, int]:
     """The waiting stubs of sandboxes made ahead for ``home``: stub pid -> its supervisor."""
-    from air_skills.runtime.execution.sandbox_stub import READY_NAME
+    from air_skills.runtime.execution.sandbox_ahead import READY_NAME
 
     mark = f"\0{os.path.realpath(home)}\0".encode()
     out: dict[int, int] = {}

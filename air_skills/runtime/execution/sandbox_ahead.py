@@ -15,18 +15,24 @@ from __future__ import annotations
 
 import marshal
 import os
-import select
-import socket
 import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from air_skills import settings
 from air_skills.runtime.execution import sandbox, sandbox_devices
-from air_skills.runtime.execution.sandbox_stub import HOST_VIEW
 
+if TYPE_CHECKING:  # socket and select load only in a supervisor that makes a spare
+    import socket
+
+# The stub is a script run inside the sandbox (never imported here: it loads ctypes).
 _STUB = str(Path(__file__).with_name("sandbox_stub.py"))
+# Where the stub keeps the host's tree until the job's mounts are made (then detached).
+HOST_VIEW = "/tmp/.air-host"
+# The stub's process name once it waits for a job (what `ps` shows of a spare).
+READY_NAME = "air-spare"
 
 
 Mount = tuple[str, str, str]
@@ -53,6 +59,8 @@ class Spare:
     def ready(self) -> bool:
         """Whether the stub said it waits (``R``): never blocks."""
         if not self.is_ready and self.child.poll() is None:
+            import select
+
             if select.select([self.sock], [], [], 0)[0]:
                 self.is_ready = self.sock.recv(1) == b"R"
         return self.is_ready and self.child.poll() is None
@@ -127,13 +135,15 @@ def prepare() -> None:
     # stub's too) where they lie under /tmp, private in there; the tmpfs over AIR_HOME.
     prelude: list[Mount] = [("--ro-bind", p, p) for p in sandbox.program_paths(sys.executable)]
     prelude.append(("--tmpfs", "", os.path.realpath(settings.get("AIR_HOME"))))
+    import socket
+
     mine, theirs = socket.socketpair()
     argv = [
         *base,
         "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP",
         "--bind", "/", HOST_VIEW,
         *sandbox.View((), tuple(prelude), None).argv([])[:-1],
-        "--", sys.executable, "-S", "-I", _STUB, str(theirs.fileno()),
+        "--", sys.executable, "-S", "-I", _STUB, str(theirs.fileno()), HOST_VIEW, READY_NAME,
     ]  # fmt: skip
     try:
         child = subprocess.Popen(
@@ -169,6 +179,8 @@ def start(
     mounts = spare.left_to_mount(view.mounts)
     job = {"mounts": mounts, "chdir": view.chdir, "argv": argv, "env": env}
     payload = marshal.dumps(job)
+    import socket
+
     try:
         spare.sock.settimeout(10)
         socket.send_fds(spare.sock, [struct.pack("!Q", len(payload))], [log_fd])

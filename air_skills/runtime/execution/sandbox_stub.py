@@ -3,16 +3,17 @@ capability, become the job.
 
 bwrap made the namespaces and the base view (/, /dev, /proc, a private /tmp) before any job
 was known, and left this process CAP_SYS_ADMIN and CAP_SETPCAP only, plus the host's whole
-tree at HOST_VIEW. When its supervisor sends a job (its log as a file descriptor, then its
-mounts, folder, argv and environment), this process makes the job's mounts exactly as bwrap
-would from the same arguments (sandbox.View), detaches HOST_VIEW, drops every capability
-(asked of the kernel again: it never runs a job that holds one) and execs the job.
+tree at the folder its second argument names. When its supervisor sends a job (its log as a
+file descriptor, then its mounts, folder, argv and environment), this process makes the
+job's mounts exactly as bwrap would from the same arguments (sandbox.View), detaches the
+host's tree, drops every capability (asked of the kernel again: it never runs a job that
+holds one) and execs the job.
 
-It tells the supervisor ``R`` once it is ready (and names itself READY_NAME), ``X`` just
-before the exec, ``E`` and why when it gives up (the supervisor then starts the job the
-usual way); an EOF (the supervisor gone) ends it. Run as a script (``python -S -I``):
-stdlib only, nothing of air_skills, and the C modules where their Python wrappers would
-double its start (a sandbox per idle supervisor, made while it waits).
+It tells the supervisor ``R`` once it is ready (and takes the process name its third
+argument gives), ``X`` just before the exec, ``E`` and why when it gives up (the supervisor
+then starts the job the usual way); an EOF (the supervisor gone) ends it. Run as a script
+(``python -S -I``): stdlib only, nothing of air_skills, and the C modules where their
+Python wrappers would double its start (a sandbox per idle supervisor, made while it waits).
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ import marshal
 import os
 import struct
 import sys
-
-HOST_VIEW = "/tmp/.air-host"
-READY_NAME = "air-spare"  # the stub's process name once it waits for a job
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
@@ -79,15 +77,15 @@ def _kept_flags(path: str) -> int:
     return sum(ms for st, ms in _KEPT if got & st)
 
 
-def _host_mounts() -> list[str]:
-    """The mount points under HOST_VIEW (as host paths): a bind of a folder that holds one
+def _host_mounts(host_view: str) -> list[str]:
+    """The mount points under ``host_view`` (as host paths): a bind of a folder that holds one
     brings it along, and a read-only bind makes it read-only too."""
     out = []
     with open("/proc/self/mountinfo", "rb") as f:
         for line in f:
             point = line.split(b" ")[4].decode("unicode_escape")  # octal escapes: \040
-            if point.startswith(HOST_VIEW + "/"):
-                out.append(point[len(HOST_VIEW) :])
+            if point.startswith(host_view + "/"):
+                out.append(point[len(host_view) :])
     return out
 
 
@@ -100,10 +98,10 @@ def _ensure(dst: str, is_dir: bool) -> None:
         os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
 
 
-def _bind(option: str, src: str, dst: str, host_mounts: list[str]) -> None:
+def _bind(option: str, src: str, dst: str, host_view: str, host_mounts: list[str]) -> None:
     """bwrap's --bind / --ro-bind / --dev-bind: recursive, then every mount of it remounted
     nosuid (and nodev, and read-only, as the option says)."""
-    host = HOST_VIEW + src
+    host = host_view + src
     _ensure(dst, os.path.isdir(host))
     _mount(host, dst, None, MS_SILENT | MS_BIND | MS_REC, None)
     extra = MS_NOSUID | (0 if option == "--dev-bind" else MS_NODEV)
@@ -114,17 +112,17 @@ def _bind(option: str, src: str, dst: str, host_mounts: list[str]) -> None:
         _mount("none", point, None, flags, None)
 
 
-def _make_view(mounts: list[list[str]], host_mounts: list[str]) -> None:
+def _make_view(mounts: list[list[str]], host_view: str, host_mounts: list[str]) -> None:
     for option, src, dst in mounts:
         if option == "--tmpfs":
             _ensure(dst, True)
             _mount("tmpfs", dst, "tmpfs", MS_SILENT | MS_NOSUID | MS_NODEV, "mode=0755")
         elif option in ("--bind", "--ro-bind", "--dev-bind"):
-            _bind(option, src, dst, host_mounts)
+            _bind(option, src, dst, host_view, host_mounts)
         else:
             raise Refused(f"unknown mount {option}")
-    _check(libc.umount2(HOST_VIEW.encode(), MNT_DETACH), "detach the host's tree")
-    os.rmdir(HOST_VIEW)
+    _check(libc.umount2(host_view.encode(), MNT_DETACH), "detach the host's tree")
+    os.rmdir(host_view)
 
 
 def _drop_bounding_set() -> None:
@@ -171,24 +169,24 @@ def _receive(sock: _socket.socket) -> tuple[int, dict]:
 
 
 def main() -> None:
-    fd = int(sys.argv[1])
+    fd, host_view, ready_name = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     os.set_inheritable(fd, False)  # bwrap passed it open: the job must not hold it
     sock = _socket.socket(fileno=fd)
     try:
         _drop_bounding_set()
-        host_mounts = _host_mounts()
+        host_mounts = _host_mounts(host_view)
     except (Refused, OSError) as exc:
         sock.sendall(b"E" + str(exc).encode(errors="replace"))
         os._exit(1)
     sock.sendall(b"R")
     with open("/proc/self/comm", "w") as f:  # what `ps` (and a test) sees of a ready one
-        f.write(READY_NAME)
+        f.write(ready_name)
     try:
         log_fd, job = _receive(sock)
     except (EOFError, OSError):
         os._exit(0)  # the supervisor went, or took another path: nothing started
     try:
-        _make_view(job["mounts"], host_mounts)
+        _make_view(job["mounts"], host_view, host_mounts)
         if job.get("chdir"):
             os.chdir(job["chdir"])
         # What Popen(restore_signals=True) gives: Python ignores these, an exec keeps that.

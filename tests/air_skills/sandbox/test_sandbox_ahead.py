@@ -19,7 +19,7 @@ from helpers import GATED, open_gate, ready_spares, spares_ready, started_ahead,
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.execution import sandbox, sandbox_ahead
-from air_skills.runtime.execution.sandbox_stub import HOST_VIEW
+from air_skills.runtime.execution.sandbox_ahead import HOST_VIEW
 
 PY = sys.executable
 pytestmark = pytest.mark.skipif(
