@@ -102,7 +102,7 @@ def _named_paths(argv: list[str]) -> list[str]:
 
 def _hidden(real: str) -> bool:
     """Whether the sandbox's base view hides ``real``: under its private /tmp."""
-    return real != "/tmp" and _inside(real, "/tmp")
+    return real != "/tmp" and inside(real, "/tmp")
 
 
 @functools.lru_cache(maxsize=64)
@@ -134,7 +134,8 @@ def _real_dir(path: str) -> str | None:
     return real if os.path.isdir(real) else None
 
 
-def _inside(path: str, folder: str) -> bool:
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies under it (both real paths)."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
@@ -152,12 +153,18 @@ class View:
 
     def argv(self, command: list[str]) -> list[str]:
         """The whole bwrap command line that runs ``command`` in this view."""
-        out = list(self.base)
-        for option, src, dst in self.mounts:
-            out += [option, dst] if option == "--tmpfs" else [option, src, dst]
+        out = [*self.base, *mount_args(self.mounts)]
         if self.chdir:
             out += ["--chdir", self.chdir]
         return [*out, "--", *command]
+
+
+def mount_args(mounts: Iterable[tuple[str, str, str]]) -> list[str]:
+    """bwrap's arguments for ``mounts`` (View.mounts), in their order."""
+    out: list[str] = []
+    for option, src, dst in mounts:
+        out += [option, dst] if option == "--tmpfs" else [option, src, dst]
+    return out
 
 
 def base_args(
@@ -216,16 +223,16 @@ def view(
     # Its workdir (and a live job's cwd) may lie under /tmp, now private: seen read-only.
     for path in dict.fromkeys(p for p in (workdir, cwd) if p):
         real = _real_dir(path)
-        if real and _hidden(real) and not _inside(real, home_real):  # AIR_HOME: hidden next
+        if real and _hidden(real) and not inside(real, home_real):  # AIR_HOME: hidden next
             ro(real)
     for real in _named_paths(argv):  # `python /tmp/x/train.py`: its folder, read-only
-        if not _inside(real, home_real):
+        if not inside(real, home_real):
             ro(real)
     for real in program_paths(argv[0]):  # an interpreter or checkout under /tmp (CI's)
         ro(real)
     out.append(("--tmpfs", "", home_real))  # AIR_HOME: nothing of it but the job's own folder
     for real in data:  # checked against the roots at start (tracking/data.recheck_at_start)
-        if not _inside(real, home_real):
+        if not inside(real, home_real):
             ro(real)
     for path in readonly:  # may lie in AIR_HOME: a trial's folder, for its evaluator
         real = os.path.realpath(path)
@@ -233,13 +240,13 @@ def view(
             ro(real)
     for path in writable:
         real = _real_dir(path)
-        if real and not _inside(real, home_real) and not _inside(home_real, real):
+        if real and not inside(real, home_real) and not inside(home_real, real):
             out.append(("--bind", real, real))
     jreal = os.path.realpath(jdir)
     out.append(("--bind", jreal, jreal))
     for path in kept:  # files in its folder that the job may read, never replace
         real = os.path.realpath(path)
-        if os.path.isfile(real) and _inside(real, jreal):
+        if os.path.isfile(real) and inside(real, jreal):
             ro(real)
     return View(base, tuple(out), cwd)
 

@@ -76,7 +76,7 @@ class Spare:
         for mount in mounts:
             option, _src, dst = mount
             if mount in self.prelude:
-                if option == "--ro-bind" and not any(_inside(dst, t) for t in tmpfs):
+                if option == "--ro-bind" and not any(sandbox.inside(dst, t) for t in tmpfs):
                     continue
                 if option == "--tmpfs" and not any(_overlap(m[2], dst) for m in out):
                     continue
@@ -93,12 +93,8 @@ class Spare:
             self.child.wait()
 
 
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
 def _overlap(a: str, b: str) -> bool:
-    return _inside(a, b) or _inside(b, a)
+    return sandbox.inside(a, b) or sandbox.inside(b, a)
 
 
 _SPARE: Spare | None = None
@@ -142,14 +138,14 @@ def prepare() -> None:
         *base,
         "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP",
         "--bind", "/", HOST_VIEW,
-        *sandbox.View((), tuple(prelude), None).argv([])[:-1],
+        *sandbox.mount_args(prelude),
         "--", sys.executable, "-S", "-I", _STUB, str(theirs.fileno()), HOST_VIEW, READY_NAME,
     ]  # fmt: skip
     try:
         child = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,  # bwrap's complaints, if any, go to this log
+            stdout=subprocess.DEVNULL,  # its stderr is ours: bwrap's complaints go to our log
             process_group=0,
             close_fds=True,
             pass_fds=(theirs.fileno(),),
