@@ -64,17 +64,45 @@ def _type_problem(key: str, default: Any, value: Any) -> str | None:
     )
 
 
-def _parse_arg(arg: str) -> tuple[str, Any]:
-    """`--key=value` -> (key, value); the value is read as JSON, else kept as a string."""
-    key, _, raw = arg[2:].partition("=")
+def _parse_value(raw: str, default: Any) -> Any:
+    """A flag's value: text for a text key, else read as JSON (a number, true), else text."""
+    if isinstance(default, str):
+        return raw
     try:
-        return key, json.loads(raw)
+        return json.loads(raw)
     except json.JSONDecodeError:
-        return key, raw
+        return raw
+
+
+def _parse_args(args: list[str], defaults: dict[str, Any]) -> tuple[list[tuple[str, Any]], list]:
+    """The flags air passes (config_as: args | both), as (key, value) pairs, and the problems:
+    ``--key=value``; ``--key`` alone is true; ``--key v1 v2`` is a list."""
+    pairs: list[tuple[str, Any]] = []
+    problems: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if not arg.startswith("--") or len(arg) == 2:
+            problems.append(f"argument {arg!r}: expected --key=value, --key or --key V1 V2")
+            continue
+        key, eq, raw = arg[2:].partition("=")
+        key = key.replace("-", "_")
+        if eq:
+            pairs.append((key, _parse_value(raw, defaults.get(key))))
+            continue
+        values = []
+        while i < len(args) and not args[i].startswith("--"):
+            values.append(_parse_value(args[i], None))
+            i += 1
+        pairs.append((key, values if values else True))
+    return pairs, problems
 
 
 def load_config(defaults: dict[str, Any], argv: list[str] | None = None) -> dict[str, Any]:
-    """The defaults, overridden by the JSON file at AIR_CONFIG_FILE, then by `--key=value` args.
+    """The defaults, overridden by the JSON file at AIR_CONFIG_FILE, then by the flags air
+    appends to the command (config_as: args | both): ``--key=value``, ``--key`` (true),
+    ``--key V1 V2`` (a list).
 
     Like nanoGPT's configurator: an unknown key or a changed type is an error, never silently
     accepted. Every problem is listed at once, then the process exits with code 2.
@@ -91,13 +119,10 @@ def load_config(defaults: dict[str, Any], argv: list[str] | None = None) -> dict
                 f"config {path} must hold a JSON object, not {type(data).__name__}", EXIT_BAD_CONFIG
             )
         overrides += [(path, k, v) for k, v in data.items()]
-    for arg in sys.argv[1:] if argv is None else argv:
-        if not arg.startswith("--") or "=" not in arg:
-            fail(f"argument {arg!r}: expected --key=value", EXIT_BAD_CONFIG)
-        overrides.append(("command line", *_parse_arg(arg)))
+    pairs, problems = _parse_args(sys.argv[1:] if argv is None else argv, defaults)
+    overrides += [("command line", k, v) for k, v in pairs]
 
     config = dict(defaults)
-    problems = []
     for source, key, value in overrides:
         if key not in defaults:
             problems.append(f"{key}: unknown key (from {source})")

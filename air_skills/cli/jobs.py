@@ -102,6 +102,12 @@ def launch(
     sandbox: Optional[str] = typer.Option(
         None, "--sandbox", help="auto | on | off: run in a sandbox (default AIR_SANDBOX: auto)"
     ),
+    config_as: Optional[str] = typer.Option(
+        None,
+        "--config-as",
+        help="file | args | both (default): the config as AIR_CONFIG_FILE and/or --key=value"
+        " flags after the command",
+    ),
     writable: list[str] = typer.Option(
         [], "--writable", help="a folder (under AIR_DATA_ROOTS) the sandboxed job may write"
     ),

@@ -158,5 +158,5 @@ OPTIONS = (
     "name", "gpus", "procs", "nodes", "priority", "experiment", "timeout_min", "max_retries",
     "stall_timeout_min", "on_stall", "idempotency_key", "backend", "project", "preemptible",
     "data", "code", "patch", "image", "sandbox", "writable", "network", "check_command",
-    "allow_duplicate",
+    "allow_duplicate", "config_as",
 )  # fmt: skip

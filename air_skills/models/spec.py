@@ -106,6 +106,11 @@ class JobSpec(_Strict):
     name: str | None = Field(default=None, max_length=200)
     workdir: str | None = Field(default=None, description="working directory (default: cwd)")
     config: dict[str, Any] = Field(default_factory=dict, description="written to AIR_CONFIG_FILE")
+    config_as: Literal["file", "args", "both"] = Field(
+        default="both",
+        description="how the config reaches the command: file (AIR_CONFIG_FILE), args"
+        " (--key=value flags after its own arguments), both",
+    )
     gpus: int = Field(default=0, ge=0, le=MAX_GPUS_PER_JOB, description="GPUs per node")
     procs: int | Literal["gpu"] = Field(
         default=1,

@@ -49,6 +49,7 @@ def trial_spec(study: Study, state: StudyState, t: Trial, gpus: int) -> Any:
         name=f"{study.name}-t{t.number}",
         workdir=study.workdir,
         config=t.config,
+        config_as=study.config_as,
         gpus=gpus,
         procs=study.procs_per_trial,
         experiment=study.experiment_name,

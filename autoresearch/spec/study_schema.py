@@ -99,6 +99,24 @@ Param = Annotated[FloatParam | IntParam | ChoiceParam, Field(discriminator="type
 # --- the other sections ------------------------------------------------------------------------
 
 
+class Holdout(_Strict):
+    """The held-out evaluation, made only after the search (the final re-evaluation's runs,
+    which get ``AIR_EVAL_SPLIT=test``): ``metric`` the job logs then, or ``command`` run like
+    the trusted evaluator on the run's checkpoint folder and printing ``metric`` in its
+    ``---`` block. ``data``: the held-out inputs, bound (read-only) into those runs only and
+    hidden from the search's sandboxed trials."""
+
+    metric: str = Field(min_length=1)
+    command: list[str] | None = None
+    timeout_min: float = Field(default=10.0, gt=0)
+    data: list[DataInput] = Field(default_factory=list)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return None if value is None else split_command(value)
+
+
 class Objective(_Strict):
     """The metric that judges a trial (its last logged value), and which way is better."""
 
@@ -107,6 +125,13 @@ class Objective(_Strict):
     step_metric: str | None = Field(
         default=None, min_length=1, description="intermediate metric for early stopping"
     )
+    # the held-out metric (a name, or {metric, command, data}): never seen by the search
+    holdout: Holdout | None = None
+
+    @field_validator("holdout", mode="before")
+    @classmethod
+    def _bare_holdout(cls, value: Any) -> Any:
+        return {"metric": value} if isinstance(value, str) else value
 
     @property
     def curve_metric(self) -> str:
@@ -205,6 +230,25 @@ class Noise(_Strict):
     confirm_seeds: int = Field(default=0, ge=0, le=20)  # 0: no confirmation runs
 
 
+class Final(_Strict):
+    """The final selection by re-evaluation, when the search ends: the ``top_k`` best configs
+    within the noise floor of each other and the baseline, each re-run with ``seeds`` fresh
+    seeds (the same ones for all: paired); the winner is the best mean on the objective.
+    Its runs are its own budget, apart from ``budget.trials``."""
+
+    top_k: int = Field(default=3, ge=1, le=20)
+    seeds: int = Field(default=3, ge=1, le=20)
+    off: bool = False  # `final: false`: no final re-evaluation, even with a holdout
+
+
+# How a trial is kept during the search: noise-floor (beats the best by more than the floor,
+# noise.sigmas x std), k-sigma(k) (by more than k x std), paired-test(alpha) (a one-sided test
+# at level alpha: z for one run, paired t over the confirmation runs' seeds).
+ACCEPT_PATTERN = (
+    r"^(noise-floor|k-sigma\((\d+(\.\d*)?|\.\d+)\)|paired-test\((0?\.\d+)\))$"
+)
+
+
 class CodeSection(_Strict):
     """Code-level trials: the LLM may patch ``editable`` files, never ``protected`` ones.
 
@@ -245,7 +289,7 @@ class Study(_Strict):
     """A study file, validated."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-    command: list[str] = Field(min_length=1)  # argv; the config arrives in AIR_CONFIG_FILE
+    command: list[str] = Field(min_length=1)  # argv; the config: AIR_CONFIG_FILE and/or flags
     # relative: to the study file's folder (an inline study: the caller's folder); the
     # study's other relative paths (script, evaluator, data) are relative to the workdir
     workdir: str = "."
@@ -262,6 +306,9 @@ class Study(_Strict):
     proposer: ProposerConfig = Field(default_factory=lambda: TpeProposerConfig(type="tpe"))
     early_stopping: EarlyStopping = Field(default_factory=EarlyStopping)
     noise: Noise = Field(default_factory=Noise)
+    accept: str = Field(default="noise-floor", pattern=ACCEPT_PATTERN)  # see ACCEPT_PATTERN
+    # the final re-evaluation; None: on when the objective has a holdout (`final: false`: off)
+    final: Final | None = None
     program: str = ""  # free-text research notes for the LLM
     env: dict[str, str] = Field(default_factory=dict)  # extra environment for every trial
     trial_timeout_min: float | None = Field(default=None, gt=0)
@@ -277,6 +324,11 @@ class Study(_Strict):
     sandbox: Literal["on", "off"] | None = None
     network: bool = True  # false: trials run without a network (sandboxed)
     writable: list[str] = Field(default_factory=list)  # folders trials may write (JobSpec)
+    # How a trial's config reaches the command (JobSpec.config_as): the file AIR_CONFIG_FILE,
+    # --key=value flags after the command's own arguments, or both.
+    config_as: Literal["file", "args", "both"] = "both"
+    # Stop the study after this many trials failed the same way, none succeeding (0: never).
+    stop_after_same_failures: int = Field(default=3, ge=0, le=1000)
     stall: StallConfig | None = None  # trials' stall timeout (spec/stall.py); None: the default
     # same: a trial that ran on another hardware class than the baseline is not judged against
     # it (decision "incomparable"); any: every trial is judged (a mixed pool, on purpose)
@@ -287,6 +339,8 @@ class Study(_Strict):
     # A study file's workdir as written, when relative: if nothing is found from the file's
     # folder, the folder the user runs from is tried too (DESIGN.md's "run from the repo root").
     _workdir_given: str | None = PrivateAttr(default=None)
+    # What validation changed and says so (a holdout raises noise.repeats to 2)
+    _notes: list[str] = PrivateAttr(default_factory=list)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -343,9 +397,56 @@ class Study(_Strict):
     def _bare_noise(cls, value: Any) -> Any:
         return {"repeats": 0} if value is None else value
 
+    @field_validator("final", mode="before")
+    @classmethod
+    def _bare_final(cls, value: Any) -> Any:
+        if value is True:
+            return {}
+        return None if value is False else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _final_off(cls, data: Any) -> Any:
+        # `final: false` is kept as a marker apart from "not given" (None: on with a holdout)
+        if isinstance(data, dict) and data.get("final") is False:
+            return {**data, "final": {"top_k": 1, "seeds": 1, "off": True}}
+        return data
+
+    @property
+    def final_runs(self) -> Final | None:
+        """The final re-evaluation's settings, or None when the study makes none."""
+        if self.final is not None:
+            return None if self.final.off else self.final
+        return Final() if self.objective.holdout is not None else None
+
+    @property
+    def holdout_data(self) -> list[DataInput]:
+        return list(self.objective.holdout.data) if self.objective.holdout else []
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self._notes)
+
     @model_validator(mode="after")
     def _cross_checks(self) -> Study:
         problems = []
+        holdout = self.objective.holdout
+        if holdout is not None:
+            if self.noise.repeats < 2:  # its gap is only told from noise with a floor
+                self._notes.append(
+                    f"noise.repeats raised from {self.noise.repeats} to 2: a study with a"
+                    " holdout needs a noise floor to tell a held-out gain from noise"
+                )
+                self.noise.repeats = 2
+            if holdout.metric == self.objective.metric:
+                problems.append(
+                    "objective.holdout.metric must differ from objective.metric (the held-out"
+                    " value is another number than the validation one)"
+                )
+            names = {d.name for d in self.data}
+            for d in holdout.data:
+                if d.name in names:
+                    problems.append(f"objective.holdout.data: {d.name!r} is also in data")
         for key, param in self.search_space.items():
             if key in self.base_config:
                 problems += [

@@ -16,7 +16,7 @@ from air_skills.backends.ray.cluster import ClusterView, num
 from air_skills.backends.ray.packaging import entrypoint
 from air_skills.errors import InsufficientGpus
 from air_skills.models import JobSpec
-from air_skills.runtime.execution import gang
+from air_skills.runtime.execution import config_args, gang
 from air_skills.runtime.results import nccl
 from air_skills.runtime.results.outcomes import InfraFailure
 from air_skills.runtime.results.summary_block import read_tail
@@ -47,14 +47,15 @@ def entry(spec: JobSpec, folder: str) -> Entry:
     """The entrypoint for ``spec`` (``folder`` is the job's folder on the node)."""
     cpus = spec.cpus or 1
     grace = settings.get("AIR_GRACE_S")
+    argv = config_args.job_argv(spec.model_dump(mode="json"))  # its config's flags too
     if spec.nodes == 1:
-        command = list(spec.command)
+        command = argv
         if procs(spec) > 1:
             command = gang.torchrun_argv(command, procs(spec), f"{folder}/ranks", grace_s=grace)
             return Entry(entrypoint(command), spec.gpus or None, cpus, gang.gang_env())
         return Entry(entrypoint(command), spec.gpus or None, cpus, {})
     plan = {
-        "command": list(spec.command),
+        "command": argv,
         "nodes": spec.nodes,
         "procs": procs(spec),
         "gpus": spec.gpus,

@@ -32,6 +32,7 @@ VALUES: dict[str, tuple[str, Any]] = {
     "--patch": ("patch", str),
     "--image": ("image", str),
     "--sandbox": ("sandbox", str),
+    "--config-as": ("config_as", str),
 }
 LISTS = {"--set": "set_", "--data": "data", "--writable": "writable"}
 FLAGS: dict[str, tuple[str, bool]] = {

@@ -26,7 +26,9 @@ from air_skills.home import (
 )
 from air_skills.runtime.containers import container
 from air_skills.runtime.execution import (
+    config_args,
     gang,
+    job_env,
     metric_relay,
     rendezvous,
     sandbox,
@@ -159,11 +161,13 @@ def command_launch(
     # start (the command fails to start instead: NotRegularFile, an OSError, names it).
     with contextlib.suppress(FileNotFoundError):
         os.close(open_job_file(jdir / "config.json"))
-    # The environment of the process that launched the job, whoever starts it.
+    # The environment of the process that launched the job, whoever starts it: its settings
+    # are read from ``said``; the job inherits only job_env's allow-list of it (never the
+    # launcher's AIR_MCP_TOKEN or API keys: a job is untrusted code).
     launched = read_launch_env(jdir)
-    env = launched if launched is not None else dict(os.environ)
-    for key in ("AIR_GRACE_S", "AIR_HEALTH_INTERVAL_S"):
-        env.pop(key, None)
+    said = launched if launched is not None else job_env.launch_environment(os.environ)
+    uri = said.get("MLFLOW_TRACKING_URI") or ""
+    env = job_env.job_environment(said, direct_tracking=bool(uri) and not metric_relay.relayed(uri))
     env.update(thread_caps(row.cpus or 1))
     env.update(
         {
@@ -209,7 +213,7 @@ def command_launch(
     ahead: tuple[sandbox.View, list[str]] | None = None
     if row.attempts > 1:
         banner = f"[air] attempt {row.attempts} on GPUs {gpus}\n".encode()
-    argv = list(spec["command"])
+    argv = config_args.job_argv(spec)  # the config's flags too (config_as)
     image = container.load(jdir) if spec.get("image") else None
     procs = gang.procs_of(spec, len(gpus))
     if procs > 1:  # a gang: torchrun runs one rank per process, each with its share of CPUs
@@ -228,9 +232,9 @@ def command_launch(
     if sandboxed and image is None:  # an image job's container is its sandbox
         # The launch's bwrap (env.json is read-only inside the sandbox: no attempt can name
         # the next one's); probed at launch, not again on the way to the start.
-        bwrap = sandbox.bwrap_path(env)
+        bwrap = sandbox.bwrap_path(said)
         if bwrap is None:
-            raise sandbox.SandboxUnavailable(sandbox.unavailable(env) or "no bwrap")
+            raise sandbox.SandboxUnavailable(sandbox.unavailable(said) or "no bwrap")
         command = sandbox.resolved(argv, env.get("PATH"), cwd)
         view = sandbox.view(
             command,
@@ -244,10 +248,10 @@ def command_launch(
             network=spec.get("network", True),
             # What air reads back from the job's folder stays as air wrote it.
             kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
-            dev=_dev_args(gpus, env),
+            dev=_dev_args(gpus, said),
         )
         argv = view.argv(command)
-        if settings.get("AIR_SANDBOX_AHEAD", env) == "on":  # the launch's say, as for bwrap
+        if settings.get("AIR_SANDBOX_AHEAD", said) == "on":  # the launch's say, as for bwrap
             ahead = (view, command)
     if image is not None:  # the engine runs it: the contract's names pass into the container
         passed = [*thread_caps(1), *user_env(own if own is not None else spec.get("env") or {})]

@@ -73,6 +73,9 @@ class AttemptEnd:
     runner: str = ""  # where it ran, for the FAILED message (e.g. "Ray job raysub-1")
     rank: int | None = None  # a gang's rank that failed first (runtime/execution/gang.py)
     rank_error: str | None = None  # that rank's last error line
+    # A flag from the config (config_as: args | both) that the command refused, and config_as
+    refused_flag: str | None = None
+    config_as: str | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,14 @@ def classify(end: AttemptEnd) -> Outcome:
         return Outcome("requeue", text, kind="user", exit_code=end.exit_code, signal=end.signal)
     where = f"; {end.runner}" if end.runner else ""
     subject = f"the command's rank {end.rank}" if rank else "the command"
+    if end.refused_flag:  # the script takes no such flag: say which, and how to hand it over
+        text = (
+            f"FAILED: {subject} {how}: it refused the flag {end.refused_flag} that air appended"
+            f" from the config (config_as: {end.config_as or 'both'}). Next: give the script"
+            f" that flag (argparse: add_argument, or parse_known_args), or launch with"
+            " config_as: file and read $AIR_CONFIG_FILE"
+        )
+        return _finish(JobStatus.FAILED, text, end, "user")
     text = (
         f"FAILED: {subject} {how} (its own code failed{where})."
         f" Next: read `air logs {end.job_id}`, fix it, relaunch"

@@ -15,7 +15,7 @@ from typing import Any
 from air_skills.gpu.providers import GpuFault
 from air_skills.home import job_dir
 from air_skills.runtime.containers import container, engine_exit
-from air_skills.runtime.execution import gang, sandbox, sandbox_ahead
+from air_skills.runtime.execution import config_args, gang, sandbox, sandbox_ahead
 from air_skills.runtime.execution.metric_relay import MetricRelay
 from air_skills.runtime.execution.rendezvous import late_outcome
 from air_skills.runtime.process import proc
@@ -92,9 +92,14 @@ class AttemptEndMixin:
             failure = gang.read_failure(
                 self.row.log_path, rc, gang.is_gang(self.spec, len(self.gpus))
             )
+        refused = None
+        if failure.exit_code == 2 and stop is None and not self.timed_out:
+            refused = config_args.refused(self.spec, self.row.log_path)
         self._end(
             AttemptEnd(
                 self.job_id,
+                refused_flag=refused,
+                config_as=self.spec.get("config_as"),
                 exit_code=failure.exit_code,
                 signal=proc.signal_name(failure.signal) if failure.signal else None,
                 stop_request=stop,
