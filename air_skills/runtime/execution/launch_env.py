@@ -24,6 +24,7 @@ from air_skills.home import (
     read_job_json,
     read_launch_env,
 )
+from air_skills.job_folder import JobFolder
 from air_skills.runtime.containers import container
 from air_skills.runtime.execution import (
     config_args,
@@ -154,7 +155,9 @@ def command_launch(
     jdir = job_dir(home, job_id)
     ckpt = jdir / "checkpoints"
     try:
-        ckpt.mkdir(exist_ok=True)
+        with JobFolder.open(jdir) as top:  # a link the job left there is not followed
+            if top.lstat("checkpoints") is None:
+                top.mkdir("checkpoints")
     except FileNotFoundError:
         raise JobFolderGone(jdir) from None
     # What the job opens by name must be what air wrote: a FIFO there would hang the job's
@@ -246,6 +249,7 @@ def command_launch(
             data=data,
             writable=spec.get("writable") or (),
             network=spec.get("network", True),
+            hidden=spec.get("hidden") or (),
             # What air reads back from the job's folder stays as air wrote it.
             kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
             dev=_dev_args(gpus, said),
@@ -313,12 +317,17 @@ def _data_at_start(jdir: Path, spec: dict[str, Any], launched: dict[str, str] | 
     except DataPathRefused as exc:
         said = "; ".join(getattr(exc, "problems", None) or [exc.message])
         raise DataRefusedAtStart(f"data inputs refused at start: {said}") from None
-    folder = jdir / "data"
-    for res in resolved:
-        link = folder / res.name
-        if os.path.realpath(link) != res.real:
-            link.unlink(missing_ok=True)
-            link.symlink_to(res.real)
+    # The job's folder is the last attempt's: ``data`` (or a link in it) may be a link the job
+    # put there. Reached by descriptor, nothing followed: a ``data`` that is not a real folder
+    # is removed (the link only, never what it points to) and made again, each input's link
+    # replaced unless it names its checked path already.
+    with JobFolder.open(jdir) as top:
+        if not top.is_dir("data"):
+            top.remove("data")
+        with top.sub("data", create=True) as folder:
+            for res in resolved:
+                if folder.readlink(res.name) != res.real:
+                    folder.symlink(res.real, res.name)
     return [res.real for res in resolved]
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from air_skills.job_folder import JobFolder, open_at
+
 RELAY_DIR = "mlruns"
 OFFSETS = ".relay.json"  # what was forwarded already (a later attempt goes on from there)
 INTERVAL_S = 0.2
@@ -38,44 +40,60 @@ def run_dir(jdir: Path, experiment_id: str, run_id: str) -> Path:
 
 
 def prepare(jdir: Path, run_id: str, experiment_id: str) -> dict[str, str]:
-    """Make the job's own store, holding its run; the environment that points the job at it."""
+    """Make the job's own store, holding its run; the environment that points the job at it.
+    A retry finds the folder as the last attempt left it: every name is opened by descriptor,
+    none followed if a link (a ``mlruns`` the job swapped for a link is refused: OSError)."""
     root = jdir / RELAY_DIR
     exp = root / experiment_id
     run = exp / run_id
-    if not (run / "meta.yaml").exists():
-        for sub in ("metrics", "params", "tags", "artifacts"):
-            (run / sub).mkdir(parents=True, exist_ok=True)
-        now = int(time.time() * 1000)
-        (exp / "meta.yaml").write_text(
-            f"artifact_location: file://{exp}\ncreation_time: {now}\n"
-            f"experiment_id: '{experiment_id}'\nlast_update_time: {now}\n"
-            "lifecycle_stage: active\nname: job\n"
-        )
-        (run / "meta.yaml").write_text(
-            f"artifact_uri: file://{run}/artifacts\nend_time: null\nentry_point_name: ''\n"
-            f"experiment_id: '{experiment_id}'\nlifecycle_stage: active\nrun_id: {run_id}\n"
-            f"run_name: job\nrun_uuid: {run_id}\nsource_name: ''\nsource_type: 4\n"
-            f"source_version: ''\nstart_time: {now}\nstatus: 1\ntags: []\nuser_id: air\n"
-        )
+    with JobFolder.open(jdir) as top, top.sub(RELAY_DIR, experiment_id, create=True) as e:
+        if e.lstat(run_id) is None or not _has(e, run_id, "meta.yaml"):
+            with e.sub(run_id, create=True) as r:
+                for sub in ("metrics", "params", "tags", "artifacts"):
+                    r.mkdir(sub)
+                now = int(time.time() * 1000)
+                e.write(
+                    "meta.yaml",
+                    f"artifact_location: file://{exp}\ncreation_time: {now}\n"
+                    f"experiment_id: '{experiment_id}'\nlast_update_time: {now}\n"
+                    "lifecycle_stage: active\nname: job\n",
+                )
+                r.write(
+                    "meta.yaml",
+                    f"artifact_uri: file://{run}/artifacts\nend_time: null\n"
+                    f"entry_point_name: ''\nexperiment_id: '{experiment_id}'\n"
+                    f"lifecycle_stage: active\nrun_id: {run_id}\nrun_name: job\n"
+                    f"run_uuid: {run_id}\nsource_name: ''\nsource_type: 4\nsource_version: ''\n"
+                    f"start_time: {now}\nstatus: 1\ntags: []\nuser_id: air\n",
+                )
     return {"MLFLOW_TRACKING_URI": f"file://{root}", "MLFLOW_ALLOW_FILE_STORE": "true"}
 
 
-def _files(folder: Path) -> list[tuple[str, Path]]:
-    """(key, file) for each file under ``folder``; a key with ``/`` is a nested file."""
-    out: list[tuple[str, Path]] = []
-    if folder.is_symlink() or folder.parent.is_symlink():
-        return out  # the job's own folder: never followed out of it
-    for dirpath, _dirs, names in os.walk(folder, followlinks=False):
-        for name in names:
-            path = Path(dirpath) / name
-            out.append((os.fspath(path.relative_to(folder)), path))
-    return out
-
-
-def _read_regular(path: Path, offset: int = 0, limit: int = 1 << 20) -> bytes:
-    """Bytes of a regular file from ``offset`` (non-blocking: a FIFO the job made is skipped)."""
+def _has(folder: JobFolder, sub: str, name: str) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        with folder.sub(sub) as f:
+            return f.lstat(name) is not None
+    except OSError:
+        return False
+
+
+def _files(jdir: Path, parts: tuple[str, ...]) -> Iterator[tuple[str, int, str]]:
+    """(key, its folder's fd, name) of each regular file under ``jdir/parts...`` (a key with
+    ``/`` is a nested file), reached by descriptors: nothing is followed out of the job's
+    folder. The fds are open while the iteration is."""
+    try:
+        folder = open_at(jdir, *parts)
+    except (OSError, ValueError):
+        return
+    with folder:
+        for key, dir_fd, name, _st in folder.walk_files():
+            yield key, dir_fd, name
+
+
+def _read_at(dir_fd: int, name: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+    """Bytes of the regular file ``name`` from ``offset`` (never a link, never a FIFO)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError:
         return b""
     try:
@@ -99,6 +117,7 @@ class MetricRelay:
         self.run_id = run_id
         self.uri = uri
         self.run = run_dir(jdir, experiment_id, run_id)
+        self._parts = (RELAY_DIR, experiment_id, run_id)  # the run's folder, name by name
         self._offsets: dict[str, int] = self._load_offsets()
         self._seen: dict[str, bytes] = {}  # tags and params already forwarded
         self._artifacts: dict[str, tuple[int, int, int]] = {}  # path -> (inode, size, mtime)
@@ -108,7 +127,11 @@ class MetricRelay:
         self.forwarded = 0
 
     def _load_offsets(self) -> dict[str, int]:
-        raw = _read_regular(self.jdir / RELAY_DIR / OFFSETS)
+        try:
+            with open_at(self.jdir, RELAY_DIR) as relay:
+                raw = relay.read(OFFSETS)
+        except (OSError, ValueError):
+            raw = b""
         try:
             offsets = json.loads(raw) if raw else {}
         except ValueError:
@@ -130,8 +153,13 @@ class MetricRelay:
             self.pump()
         except Exception:
             pass
-        (self.jdir / RELAY_DIR).mkdir(exist_ok=True)
-        (self.jdir / RELAY_DIR / OFFSETS).write_text(json.dumps(self._offsets))
+        # The job may have put a link at mlruns/.relay.json (or mlruns): written by descriptor
+        # to a fresh file renamed over the name, never through the link.
+        try:
+            with JobFolder.open(self.jdir) as top, top.sub(RELAY_DIR, create=True) as relay:
+                relay.write(OFFSETS, json.dumps(self._offsets))
+        except OSError:
+            pass  # mlruns is a link or a file now: the next attempt forwards from the start
 
     def _loop(self, mlflow_ready: threading.Event | None) -> None:
         if mlflow_ready is not None:
@@ -149,9 +177,9 @@ class MetricRelay:
 
         metrics: list[Any] = []
         offsets: dict[str, int] = {}
-        for key, path in _files(self.run / "metrics"):
+        for key, dir_fd, name in _files(self.jdir, (*self._parts, "metrics")):
             start = self._offsets.get(key, 0)
-            data = _read_regular(path, start)
+            data = _read_at(dir_fd, name, start)
             end = data.rfind(b"\n") + 1
             if end <= 0:
                 continue
@@ -166,10 +194,10 @@ class MetricRelay:
                     continue
                 metrics.append(Metric(key, value, ts, step))
             offsets[key] = start + end
-        params = [Param(k, v) for k, v in self._new(self.run / "params", "p:")]
+        params = [Param(k, v) for k, v in self._new("params", "p:")]
         tags = [
             RunTag(k, v)
-            for k, v in self._new(self.run / "tags", "t:")
+            for k, v in self._new("tags", "t:")
             if not k.startswith(("mlflow.", "air."))  # the runtime's own tags stay its own
         ]
         if metrics or params or tags:
@@ -189,12 +217,12 @@ class MetricRelay:
     def _forward_artifacts(self) -> None:
         """Copy each artifact file new or changed since the last call into the run."""
         try:
-            root = os.open(self.run / "artifacts", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
+            root = open_at(self.jdir, *self._parts, "artifacts")
+        except (OSError, ValueError):
             return
         staging: str | None = None
         try:
-            for rel, dir_fd, name, st in _regular_files(root, ""):
+            for rel, dir_fd, name, st in root.walk_files():
                 stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
                 if self._artifacts.get(rel) == stamp:
                     continue
@@ -202,18 +230,18 @@ class MetricRelay:
                 copy = os.path.join(staging, rel)
                 if not _copy_regular(dir_fd, name, copy):
                     continue
-                folder = os.path.dirname(rel) or None
-                self._mlflow().log_artifact(self.run_id, copy, artifact_path=folder)
+                under = os.path.dirname(rel) or None
+                self._mlflow().log_artifact(self.run_id, copy, artifact_path=under)
                 self._artifacts[rel] = stamp
         finally:
-            os.close(root)
+            root.close()
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def _new(self, folder: Path, kind: str) -> list[tuple[str, str]]:
+    def _new(self, folder: str, kind: str) -> list[tuple[str, str]]:
         out = []
-        for key, path in _files(folder):
-            value = _read_regular(path, 0, 5000)
+        for key, dir_fd, name in _files(self.jdir, (*self._parts, folder)):
+            value = _read_at(dir_fd, name, 0, 5000)
             if self._seen.get(kind + key) != value:
                 self._seen[kind + key] = value
                 out.append((key, value.decode(errors="replace")))
@@ -225,26 +253,6 @@ class MetricRelay:
 
             self._client = MlflowClient(self.uri)
         return self._client
-
-
-def _regular_files(dir_fd: int, prefix: str) -> Iterator[tuple[str, int, str, os.stat_result]]:
-    """(relative path, its folder's fd, name, stat) of each regular file below ``dir_fd``,
-    walked by descriptors with no link followed (the job may swap a folder for a link)."""
-    with os.scandir(dir_fd) as entries:
-        found = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
-    for name, st in sorted(found):
-        rel = f"{prefix}{name}"
-        if stat.S_ISREG(st.st_mode):
-            yield rel, dir_fd, name, st
-        elif stat.S_ISDIR(st.st_mode):
-            try:
-                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-            except OSError:
-                continue
-            try:
-                yield from _regular_files(sub, rel + "/")
-            finally:
-                os.close(sub)
 
 
 def _copy_regular(dir_fd: int, name: str, dest: str) -> bool:
