@@ -7,6 +7,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -222,11 +223,12 @@ def read_job_json(path: str | os.PathLike[str], max_bytes: int = MAX_JOB_FILE_BY
 LAUNCH_ENV = "env.json"  # in the job's folder: the environment it was launched from
 
 
-def write_launch_env(jdir: Path) -> None:
-    """Save this process's environment for the job (owner-only: it may hold secrets)."""
+def write_launch_env(jdir: Path, environ: Mapping[str, str]) -> None:
+    """Save what the job keeps of its launcher's environment (job_env.launch_environment: no
+    secret of the launcher's; owner-only all the same)."""
     fd = os.open(jdir / LAUNCH_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(dict(os.environ), f)
+        json.dump(dict(environ), f)
 
 
 FOLDER_RECORD = "record.json"  # in the job's folder: what rebuilds its record if air.db is lost

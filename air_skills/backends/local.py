@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime
 
@@ -14,6 +15,7 @@ from air_skills.gpu.providers import provider
 from air_skills.home import write_launch_env
 from air_skills.models import CodeInfo, JobInfo, JobSpec, JobStatus
 from air_skills.runtime.code.job_code import CodePlan, plan_code
+from air_skills.runtime.execution.job_env import launch_environment
 from air_skills.runtime.execution.sandbox import describe
 from air_skills.runtime.launch.duplicates import precheck
 from air_skills.runtime.launch.launch_run import claim_run, give_back_run
@@ -70,7 +72,7 @@ class LocalBackend:
             attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
             with disk_full_named(self.runtime.home / "jobs"):
                 # Whichever process starts the job, it gets this environment.
-                write_launch_env(job.jdir)
+                write_launch_env(job.jdir, launch_environment(os.environ))
             gpus = passes.schedulable_gpus(store)
         except BaseException:
             discard_prepared(self.runtime, job)

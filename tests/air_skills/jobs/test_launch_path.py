@@ -163,9 +163,9 @@ def test_a_job_runs_in_the_environment_it_was_launched_from(
     first = client.launch(spec([PY, "-c", "pass"], gpus=1))
     client.wait([first.job_id], timeout_s=30)
     wait_until(lambda: idle_supervisors(client))  # the next job goes to this process
-    monkeypatch.setenv("AIR_TEST_LAUNCH_ENV", "from-the-launcher")
+    monkeypatch.setenv("TORCH_HOME", "from-the-launcher")  # a name job_env.py passes
     out = tmp_path / "env"
-    code = f"import os; open({str(out)!r}, 'w').write(os.environ['AIR_TEST_LAUNCH_ENV'])"
+    code = f"import os; open({str(out)!r}, 'w').write(os.environ['TORCH_HOME'])"
     second = client.launch(spec([PY, "-c", code], gpus=1))
     assert client.wait([second.job_id], timeout_s=30)[0].status == JobStatus.SUCCEEDED
     assert client.store.row(second.job_id).supervisor_pid == (
