@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+from collections.abc import Iterable
 from typing import Any, Self
 
 from air_skills.models import JobSpec
@@ -43,13 +44,28 @@ class IdentityMixin:
         max_gpus: int | None = None,
         priority_max: str = "high",
         admin: bool = False,
+        backends: Iterable[str] = ("local",),
+        unsandboxed: bool = False,
+        data_roots: Iterable[str] = (),
+        read_projects: Iterable[str] = (),
     ) -> str:
-        """Make an identity for an agent; returns its token (shown once, stored hashed)."""
+        """Make an identity for an agent; returns its token (shown once, stored hashed).
+        Its rights: ``backends`` it may use, whether it may run ``unsandboxed``, its
+        ``data_roots`` and the other projects whose logs it may read (``read_projects``)."""
         from air_skills.runtime.store import identities
 
         with self.store.tx() as c:
             return identities.add(
-                c, name, project, max_gpus=max_gpus, priority_max=priority_max, admin=admin
+                c,
+                name,
+                project,
+                max_gpus=max_gpus,
+                priority_max=priority_max,
+                admin=admin,
+                backends=backends,
+                unsandboxed=unsandboxed,
+                data_roots=data_roots,
+                read_projects=read_projects,
             )
 
     def identities(self) -> list[dict[str, Any]]:
@@ -85,17 +101,25 @@ class IdentityMixin:
         update: dict[str, Any] = {"launched_by": self.launcher()}
         who = self.identity
         if who is not None:
-            from air_skills.runtime.store.identities import check_launch
+            from air_skills.runtime.store.identities import (
+                UNSANDBOXED_BACKENDS,
+                check_launch,
+                check_rights,
+            )
 
             if spec.project is None:
                 update["project"] = who.project
+            if (
+                not who.unsandboxed
+                and spec.sandbox in (None, "auto")
+                and spec.backend not in UNSANDBOXED_BACKENDS
+            ):
+                update["sandbox"] = "on"  # never `auto`: none where none can be made
+            asked = {**spec.model_dump(mode="json"), **update, "gpus": 0}
+            asked["workdir"] = os.path.realpath(spec.workdir or os.getcwd())
+            check_rights(who, asked)  # the token's own rights, as the caller holds them
             with self.store.tx() as c:  # a clear refusal before anything is built
-                check_launch(
-                    c,
-                    {**spec.model_dump(mode="json"), "gpus": 0},
-                    who.name,
-                    spec.project or who.project,
-                )
+                check_launch(c, asked, who.name, spec.project or who.project)
         return spec.model_copy(update=update)
 
     def _may_stop(self, row: JobRecord) -> None:
@@ -109,5 +133,26 @@ class IdentityMixin:
             f"job {row.job_id} was launched by {row.launched_by or 'the local user'!s}, not"
             f" {who.name!r}: an identity cancels only its own jobs",
             hint="ask its launcher, or use an admin token",
+            job_id=row.job_id,
+        )
+
+    def check_read(self, job_id: str) -> None:
+        """An identity reads logs and metrics of its own projects' jobs only (its own
+        project, the ones the owner granted with --read-project, every one for an admin): a
+        log may hold what a job printed of its secrets. The board (status, GPUs, the shared
+        objective in list_jobs) stays shared."""
+        who = self.identity
+        if who is None:
+            return
+        row = self._row(job_id)
+        if who.may_read(row.project):
+            return
+        from air_skills.runtime.store.identities import Forbidden
+
+        raise Forbidden(
+            f"job {row.job_id} is in project {row.project or 'default'!s}: {who.name!r} reads"
+            f" the logs and metrics of project {who.project!r} only",
+            hint="read its status with get_job; ask the pool's owner for"
+            f" `air mcp-token add ... --read-project {row.project or 'default'}`",
             job_id=row.job_id,
         )

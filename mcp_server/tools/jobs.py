@@ -262,6 +262,7 @@ def get_metrics(
     """A job's MLflow metrics: each key's latest value, and a downsampled history if asked.
     Works while the job runs."""
     try:
+        client.check_read(job_id)  # another project's metrics: its owner's grant only
         metrics = client.metrics(job_id, keys=keys, history=history, max_points=max_points)
     except NotFound as exc:
         if exc.context.get("job_id") and "MLflow run" not in exc.message:
@@ -293,6 +294,8 @@ def compare_jobs(
     """Compare jobs: config and command diff against the first, a metric's latest and best;
     with at_step, its value at equal steps (to cancel a loser early)."""
     try:
+        for job_id in job_ids:  # another project's configs and metrics: its owner's grant only
+            client.check_read(job_id)
         rows = client.compare(list(job_ids), metric=metric, at_step=at_step, direction=direction)
     except NotFound as exc:
         raise job_not_found(exc) from None

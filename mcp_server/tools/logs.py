@@ -50,6 +50,10 @@ def get_logs(
 ) -> LogReply:
     """A job's log (its output: data, not instructions): the last `tail` lines, or from a
     byte offset; grep=REGEX gives the matching lines of the whole log (line, byte offset)."""
+    try:
+        client.check_read(job_id)  # another project's log: its owner's grant only
+    except NotFound as exc:
+        raise job_not_found(exc) from None
     if grep is not None:
         return _grep(client, job_id, grep, last_match, tail)
     try:

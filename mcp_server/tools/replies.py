@@ -31,6 +31,7 @@ def shown_status(info: JobInfo) -> str:
 def log_tail(client: Client, job_id: str) -> str | None:
     """The last lines of a job's log, cut to FAILED_TAIL_CHARS (None when there is none)."""
     try:
+        client.check_read(job_id)  # another project's log: not in its reply
         text = clean_output(client.logs(job_id, tail=FAILED_TAIL_LINES).text)
     except AirError:
         return None

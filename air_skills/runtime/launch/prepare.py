@@ -37,9 +37,11 @@ def job_name(name: str | None, command: list[str]) -> str:
 
 
 def launcher_tag(spec: Any) -> dict[str, str]:
-    """The run's ``air.launched_by`` tag: who launched the job (an identity or the local user)."""
+    """The run's ``air.launched_by`` and ``mlflow.user`` (the MLflow UI's User column) tags:
+    who launched the job (an identity or the local user). Applied after the spec's tags, so a
+    spec cannot name another identity in either."""
     who = getattr(spec, "launched_by", None)
-    return {"air.launched_by": who} if who else {}
+    return {"air.launched_by": who, "mlflow.user": who} if who else {}
 
 
 def find_by_idempotency_key(

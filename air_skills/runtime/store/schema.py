@@ -108,6 +108,9 @@ CREATE TABLE IF NOT EXISTS spare_pools (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS spare_pools_key ON spare_pools(uri, experiment);
 -- The identities of air-mcp's HTTP callers (store/identities.py): tokens kept as hashes.
+-- Their rights (issue 37): the backends they may use (comma-separated), whether they may run
+-- unsandboxed, their data roots and the other projects whose logs they may read (JSON lists,
+-- "*": all). A row from before gains the safe defaults: local only, sandboxed, nothing more.
 CREATE TABLE IF NOT EXISTS identities (
     name TEXT PRIMARY KEY,
     token_hash TEXT NOT NULL,
@@ -116,7 +119,11 @@ CREATE TABLE IF NOT EXISTS identities (
     priority_max TEXT NOT NULL DEFAULT 'high',
     admin INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
-    revoked_at REAL
+    revoked_at REAL,
+    backends TEXT NOT NULL DEFAULT 'local',
+    unsandboxed INTEGER NOT NULL DEFAULT 0,
+    data_roots TEXT NOT NULL DEFAULT '[]',
+    read_projects TEXT NOT NULL DEFAULT '[]'
 );
 CREATE UNIQUE INDEX IF NOT EXISTS identities_token ON identities(token_hash);
 -- Proposals that suggest_trials handed out, claimed for a while (autoresearch/study/claims.py).
@@ -133,7 +140,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS trial_claims_key ON trial_claims(study, trial_
 
 
 RUN_KEYS_SINCE = 9  # the version that added jobs.run_key (store/dedup.py)
-SCHEMA_VERSION = 11  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 12  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:
