@@ -219,6 +219,7 @@ class StudyState:
     stopped: dict[str, Any] | None = None
     last_error: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)  # loop/waste.py's findings
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (event index, why): replay
     sessions: int = 0
     started_ts: float | None = None
@@ -362,6 +363,9 @@ class StudyState:
             self.fallbacks += int(ev.get("count", 1))
         elif kind == "warning":
             self.warnings.append(str(ev.get("message", "")))
+        elif kind == "check":
+            self.checks = [c for c in self.checks if c["code"] != ev["code"]]
+            self.checks.append({k: ev.get(k) for k in ("code", "message", "fix", "stop")})
         elif kind == "error":
             self.last_error = {k: ev.get(k) for k in ("code", "message", "hint")}
         elif kind == "stopped":
@@ -374,6 +378,7 @@ class StudyState:
         out.trials = {n: t.copy() for n, t in self.trials.items()}
         out.tampered = dict(self.tampered)
         out.warnings, out.skipped = list(self.warnings), list(self.skipped)
+        out.checks = list(self.checks)
         out._round = list(self._round)
         return out
 

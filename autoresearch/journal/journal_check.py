@@ -188,6 +188,14 @@ FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
     },
     "fallback": {"count": (NAT, SET)},
     "warning": {"message": (STR, SET)},
+    # the study's check of its own results (loop/waste.py): code, what it saw, the fix
+    "check": {
+        "code": (STR, REQ),
+        "message": (STR, REQ),
+        "fix": (STR, SET),
+        "trials": (NUMS, SET),
+        "stop": (BOOL, SET),
+    },
     "error": {"code": (STR, OPT), "message": (STR, OPT), "hint": (STR, OPT)},
     "stopped": {"reason": (STR, REQ), "detail": (STR, OPT)},
 }

@@ -27,7 +27,7 @@ from autoresearch.journal.journal import (
     TrialStatus,
     replay,
 )
-from autoresearch.loop import budgets
+from autoresearch.loop import budgets, waste
 from autoresearch.loop.launcher import TrialLauncher
 from autoresearch.loop.mirror import StudyMirror
 from autoresearch.loop.prior import with_base_job
@@ -107,6 +107,7 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling):
             self.emit, lambda: self.client.tracker, lambda: self.state.parent_run_id
         )
         self.prune_every_s = max(poll_s, 2.0)
+        self._baseline_seen_at = 0.0
 
     # --- journal ---
 
@@ -261,6 +262,7 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling):
         infos: dict[str, Any] = {}
         while True:
             self._poll(infos)
+            self._check_waste()
             self._decide()
             self._check_stops()
             if self.hard_stop:
@@ -291,6 +293,26 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling):
                 infos = {i.job_id: i for i in got}
             except NotFound:
                 infos = {}
+
+    # --- the study's checks of its own results (waste.py) ---
+
+    def _check_waste(self) -> None:
+        """Say each finding once (terminal, journal; get_study and the page read it there);
+        one that is certain stops the study: no more budget on it."""
+        seen = {c["code"]: bool(c.get("stop")) for c in self.state.checks}
+        for found in waste.findings(self.study, self.state):
+            if found.code in seen and (seen[found.code] or not found.stop):
+                continue  # said already (a stop is said once more, when it comes)
+            self.emit("check", **found.fields())
+            self.log(f"check [{found.code}]: {found.message}\n  Fix: {found.fix}")
+            if found.stop and not self.hard_stop:
+                self.hard_stop = found.code
+                self.stop_why = found.message
+        if waste.baseline_pending(self.state) and time.time() - self._baseline_seen_at > 2.0:
+            self._baseline_seen_at = time.time()
+            t = self.state.trials[0]
+            if t.job_id:  # its first objective value shows the command works: trials may go
+                t.curve = self._curve(t.job_id, self.study.objective.curve_metric)
 
     # --- budgets and stops ---
 

@@ -261,7 +261,11 @@ class TrialWatch:
         known (a trial is kept only when it beats the best by more than the floor)."""
         study = self.study
         floor = decisions.noise_floor_fields(study, self.state)
-        if floor is not None:
+        if floor is not None and not floor["values"]:  # never "noise floor: 0" from no run
+            self.emit("noise_floor", **floor)  # judging may go on; nothing reads it as a floor
+            self.emit("warning", message="no run of the base config succeeded: no noise floor")
+            self.log("noise floor: none (no run of the base config succeeded)")
+        elif floor is not None:
             self.emit("noise_floor", **floor)
             self.log(
                 f"noise floor: {floor['floor']:.4g} ({study.noise.sigmas:g} x std"

@@ -195,7 +195,9 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
             " progress; their stacks are in stacks.txt in each job's folder)"
         )
     if study.noise.repeats:
-        if state.noise_floor is not None:
+        if state.noise_floor is not None and not state.noise_values:
+            lines.append("- **Noise floor:** none: no run of the base config succeeded")
+        elif state.noise_floor is not None:
             lines.append(
                 f"- **Noise floor:** {_fmt(state.noise_floor)} ({study.noise.sigmas:g} x std"
                 f" {_fmt(state.noise_std)} over {len(state.noise_values)} baseline runs:"
@@ -260,6 +262,9 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
             f"- invalid proposals: {state.invalid_proposals}; replaced by the fallback proposer:"
             f" {state.fallbacks}; failed LLM calls: {state.llm_errors}",
         ]
+    if state.checks:  # the study's checks of its own results (loop/waste.py)
+        lines += ["", "## Checks", ""]
+        lines += [f"- [{c['code']}] {c['message']} Fix: {c['fix']}" for c in state.checks]
     if state.warnings or state.last_error:
         lines += ["", "## Warnings", ""]
         lines += [f"- {w}" for w in dict.fromkeys(state.warnings)]

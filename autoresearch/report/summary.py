@@ -131,7 +131,9 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
     if alive:
         phase = "running"
     elif state.stopped:
-        phase = "finished" if state.stopped.get("reason") != "error" else "failed"
+        # a study stopped by its own checks (loop/waste.py STOPS) failed too
+        failed = ("error", "baseline-failed", "config-ignored", "same-failure")
+        phase = "failed" if state.stopped.get("reason") in failed else "finished"
     else:
         phase = "interrupted"
     trials = state.ordered()
@@ -164,7 +166,8 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "noise": {
             "repeats": study.noise.repeats,
             "std": state.noise_std,
-            "floor": state.noise_floor,
+            # no floor at all from zero runs (never "0" from nothing)
+            "floor": state.noise_floor if state.noise_values else None,
             "values": state.noise_values,
         },
         "budget": {
@@ -184,7 +187,10 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "recent": [_trial_brief(t) for t in [t for t in trials if t.status.is_final()][-5:]],
         "invalid_proposals": state.invalid_proposals,
         "fallbacks": state.fallbacks,
-        "warnings": list(
+        # the study's checks of its own results first (loop/waste.py), each with its fix
+        "checks": state.checks,
+        "warnings": [f"[{c['code']}] {c['message']} Fix: {c['fix']}" for c in state.checks]
+        + list(
             dict.fromkeys(
                 budget_warning(study) + state.warnings + _noise_warning(state) + _hw(trials)
             )
