@@ -174,10 +174,19 @@ _TABLE = (
     ),
     Setting(
         "AIR_STALL_TIMEOUT_MIN", "float", 30.0,
-        "minutes a running job may go without progress (no log output, no new metric step,"
-        " idle GPUs, outside a declared phase) before it is stalled: its stacks are saved and"
-        " its `on_stall` applies; a spec's `stall_timeout_min` wins (0: off)",
+        "minutes a running job may go without progress (no new log content: the same line or"
+        " \\r-redraw again is none; no new metric step; a main-thread stack unchanged between"
+        " two samples; idle GPUs; under a tenth of a core of CPU, or any while a stack waits"
+        " in a collective; outside a declared phase) before it is stalled: its stacks are saved"
+        " and its `on_stall` applies; a spec's `stall_timeout_min` wins (0: off)",
         "a number of minutes >= 0", _at_least(0),
+    ),
+    Setting(
+        "AIR_LOG_SEARCH_MAX_MB", "float", 256.0,
+        "megabytes of a job's log that one search (`air logs --grep`, MCP get_logs grep=) reads"
+        " at most, in bounded chunks; a search stopped there (or at its deadline) says the byte"
+        " to go on from. A line is searched in its first 8 KB only, never read whole",
+        "a number of megabytes > 0", _positive,
     ),
     Setting(
         "AIR_MAX_INFRA_RETRIES", "int", 3,

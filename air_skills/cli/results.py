@@ -40,17 +40,25 @@ def logs(
         None, "--grep", help="only lines matching this RE2 regular expression (LINE:text)"
     ),
     last_match: bool = typer.Option(False, "--last-match", help="--grep: the last matches"),
+    offset: Optional[int] = typer.Option(
+        None, "--offset", help="from this byte on (where a stopped --grep says to go on)"
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Print a job's output (stdout and stderr)."""
     check_range("--tail", tail, 0)
+    if offset is not None:
+        check_range("--offset", offset, 0)
     if grep is not None:
-        print_matches(job, grep, last_match, tail, as_json)
+        print_matches(job, grep, last_match, tail, as_json, offset or 0)
         return
     if rank is not None:
         check_range("--rank", rank, 0)
     c = client()
-    chunk = c.logs(job, tail=tail if rank is None else None)
+    if offset is not None:
+        chunk = c.logs(job, tail=None, offset=offset)
+    else:
+        chunk = c.logs(job, tail=tail if rank is None else None)
     if rank is not None:  # the ranks' lines are prefixed "[rankN]: " (runtime/execution/gang.py)
         lines = filter_rank(chunk.text, rank).splitlines(keepends=True)
         chunk = chunk.model_copy(update={"text": "".join(lines[-tail:] if tail else [])})
@@ -66,20 +74,26 @@ def logs(
         follow_log(c, job, as_json, offset=chunk.next_offset, rank=rank)
 
 
-def print_matches(job: str, pattern: str, last_match: bool, most: int, as_json: bool) -> None:
-    """`air logs --grep`: the matching lines as LINE:text (at most ``most``, 200 at most)."""
+def print_matches(
+    job: str, pattern: str, last_match: bool, most: int, as_json: bool, start: int = 0
+) -> None:
+    """`air logs --grep`: the matching lines as LINE:text (at most ``most``, 200 at most), from
+    byte ``start`` on; a search stopped early says the byte to go on from."""
     import dataclasses
 
-    found = client().search_log(job, pattern, last_match=last_match, max_matches=most or 1)
+    found = client().search_log(
+        job, pattern, last_match=last_match, max_matches=most or 1, start=start
+    )
     if as_json:
         emit_json(dataclasses.asdict(found))
         return
     sys.stdout.write("".join(f"{m.line}:{m.text}\n" for m in found.matches))
-    if found.searched < found.size:
+    if found.stopped_at is not None:
+        why = "deadline" if found.stopped_by == "deadline" else "byte cap, AIR_LOG_SEARCH_MAX_MB"
         say(
             err,
-            f"the search stopped at its deadline after {found.searched} of {found.size} bytes:"
-            " narrow the pattern",
+            f"the search stopped at byte {found.stopped_at} of {found.size} ({why}):"
+            f" go on with --offset {found.stopped_at}, or narrow the pattern",
         )
     elif found.total > len(found.matches):
         which = "last" if last_match else "first"

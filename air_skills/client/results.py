@@ -31,13 +31,20 @@ class ResultsMixin:
         return {job_id: score for job_id, score in found.items() if score}
 
     def search_log(
-        self, job_id: str, pattern: str, last_match: bool = False, max_matches: int = 20
+        self,
+        job_id: str,
+        pattern: str,
+        last_match: bool = False,
+        max_matches: int = 20,
+        start: int = 0,
     ) -> LogSearch:
-        """Lines of the job's log that match a regular expression (line numbers, byte offsets)."""
+        """Lines of the job's log that match a regular expression (line numbers, byte offsets),
+        from byte ``start`` on; at most AIR_LOG_SEARCH_MAX_MB read per call (``stopped_at``:
+        where to go on from)."""
         row = self._row(job_id)
         self.backend(row.backend).logs(row)  # Ray holds the output: bring the file up to date
         try:
-            return search_log(row.log_path, pattern, last_match, max_matches)
+            return search_log(row.log_path, pattern, last_match, max_matches, start=start)
         except BadPattern as exc:
             raise InvalidInput(
                 str(exc),

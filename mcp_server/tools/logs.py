@@ -55,7 +55,7 @@ def get_logs(
     except NotFound as exc:
         raise job_not_found(exc) from None
     if grep is not None:
-        return _grep(client, job_id, grep, last_match, tail)
+        return _grep(client, job_id, grep, last_match, tail, offset or 0)
     try:
         if offset is None:
             chunk = client.logs(job_id, tail=tail)
@@ -110,10 +110,15 @@ def _no_output(client: Client, job_id: str) -> str | None:
     return None
 
 
-def _grep(client: Client, job_id: str, pattern: str, last_match: bool, most: int) -> LogReply:
-    """The log's lines that match ``pattern``: at most ``most`` (at most 50) of them."""
+def _grep(
+    client: Client, job_id: str, pattern: str, last_match: bool, most: int, start: int = 0
+) -> LogReply:
+    """The log's lines that match ``pattern`` from byte ``start`` on: at most ``most`` (at most
+    50) of them, from at most AIR_LOG_SEARCH_MAX_MB of the log."""
     try:
-        found = client.search_log(job_id, pattern, last_match=last_match, max_matches=min(most, 50))
+        found = client.search_log(
+            job_id, pattern, last_match=last_match, max_matches=min(most, 50), start=start
+        )
     except NotFound as exc:
         raise job_not_found(exc) from None
     lines = [
@@ -121,11 +126,12 @@ def _grep(client: Client, job_id: str, pattern: str, last_match: bool, most: int
     ]
     shown = len(lines)
     more = None
-    if found.searched < found.size:
+    if found.stopped_at is not None:
+        why = "its deadline" if found.stopped_by == "deadline" else "its byte cap"
         more = (
-            f"the search stopped at its deadline after {found.searched} of {found.size} bytes"
-            f" ({found.total} matching lines so far): narrow the pattern, or read the rest with"
-            f" get_logs offset={found.searched}"
+            f"the search stopped at byte {found.stopped_at} of {found.size} ({why}; from byte"
+            f" {found.start}, {found.total} matching lines in that part): go on with get_logs"
+            f" grep=... offset={found.stopped_at}, or narrow the pattern"
         )
     elif found.total > shown:
         which = "last" if last_match else "first"
@@ -135,10 +141,10 @@ def _grep(client: Client, job_id: str, pattern: str, last_match: bool, most: int
     return LogReply(
         job_id=job_id,
         text="",
-        offset=0,
-        next_offset=found.size,
+        offset=found.start,
+        next_offset=found.searched,
         size=found.size,
-        truncated=found.total > shown or found.searched < found.size,
+        truncated=found.total > shown or found.stopped_at is not None,
         more=more,
         matches=lines,
         total_matches=found.total,

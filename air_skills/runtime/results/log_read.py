@@ -64,7 +64,7 @@ def read_log(path: str | Path, tail: int | None = 100, offset: int | None = None
             return LogSlice(data.decode("utf-8", "replace"), start, end, size, end < size)
         start = max(0, size - MAX_LOG_BYTES)
         f.seek(start)
-        data = f.read()
+        data = f.read(size - start)  # a log grown (or truncated long) since: not past size
     lines = data.split(b"\n")
     keep = (tail or 0) + (1 if data.endswith(b"\n") else 0)
     if tail is not None and len(lines) > keep:

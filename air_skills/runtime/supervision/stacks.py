@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from air_skills.home import open_job_file
 
@@ -234,6 +235,29 @@ def summary(stacks: list[ProcessStack]) -> str:
 def collective_wait(stacks: list[ProcessStack]) -> bool:
     """Whether some process waits in a torch.distributed collective or rendezvous."""
     return any(f.is_collective() for s in stacks for f in s.frames)
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # /proc's CPU times are counted in these per second
+
+
+def cpu_ticks(pids: list[int]) -> dict[int, int]:
+    """CPU time (user + system, in CLOCK_TICKS) each process has used; gone ones left out."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+            out[pid] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def main_frames(stacks: list[ProcessStack]) -> dict[int, list[list[Any]]]:
+    """The main-thread frames of the processes ``pick`` names (a gang's ranks, not torchrun's
+    polling agent) as ``[func, file, line]`` lists (JSON-ready): whether a stack changed
+    between two samples."""
+    return {s.pid: [[f.func, f.file, f.line] for f in s.frames] for s in pick(stacks) if s.frames}
 
 
 def write_new(path: Path, text: str) -> bool:

@@ -1,10 +1,15 @@
 """Stall detection on the supervisor's tick: a job that stops moving is found, read and acted on.
 
-Progress is any of: the job's log grew (a ``\\r`` progress bar too), a metric of its MLflow run
-reached a new step (the same step logged again is not progress), a GPU of the job is busy
-(utilisation from the provider), or a phase opened or closed (``air_skills.job.phase``). Each
-tick costs two ``stat`` calls; the run's metrics and the GPUs are read only once the log has
-been quiet a while. A job quiet for longer than its budget (``stall_timeout_min``, else
+One rule says what progress is: a new step of a metric of the job's MLflow run (the same step
+logged again is not), new log content (a line or ``\\r``-refresh not among the last lines seen:
+the same text printed or redrawn again is no progress), a main-thread stack that changed between
+two samples, a GPU of the job busy (utilisation from the provider), CPU time above
+CPU_BUSY_CORES of a core summed over the job's processes, but never while a stack shows a
+collective or rendezvous wait (a spinning NCCL wait is a hang, not work), or a phase opened or
+closed (``air_skills.job.phase``). Each tick costs a ``stat`` or two; the log's new bytes are
+read (at most LOG_LOOK_BYTES) only when it grew, the run's metrics and the GPUs only once the
+log has been quiet a while, and the stacks (py-spy) twice per quiet budget: once half-way,
+once at its end. A job quiet for longer than its budget (``stall_timeout_min``, else
 AIR_STALL_TIMEOUT_MIN; an open phase's ``expect_min`` when longer) is stalled: the stacks of
 all its processes are taken (stacks.py) before anything is done, then ``on_stall`` decides:
 ``fail`` (the job's own failure, reason ``stalled``), ``retry`` (an infra retry), ``notify``
@@ -17,8 +22,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,7 +33,7 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.gpu.providers import provider
-from air_skills.home import read_launch_env
+from air_skills.home import open_job_file, read_launch_env
 from air_skills.runtime.execution import gang
 from air_skills.runtime.results.outcomes import AttemptEnd, InfraFailure, Outcome, classify
 from air_skills.runtime.supervision import stacks
@@ -38,6 +45,12 @@ PHASES = ("phases", "checkpoints/.air-phases")  # air_skills/job.py writes there
 PROGRESS = "progress.json"
 STACKS = "stacks.txt"
 GPU_BUSY_PCT = 5.0  # a GPU of the job at least this busy is working
+# CPU time is progress only above this share of one core (the job's processes summed, between
+# the two stack samples of a quiet budget), and never while a stack shows a collective wait.
+CPU_BUSY_CORES = 0.1
+LOG_LOOK_BYTES = 65_536  # of a log that grew, its last bytes are read for new content
+RECENT_LINES = 64  # the log's last distinct lines (and \r-redraws): printed again, no progress
+_LINE_ENDS = re.compile(rb"[\r\n]+")
 CHECK_MAX_S = 3.0  # the longest time between two reads of the signals
 
 
@@ -111,6 +124,11 @@ class StallWatch:
         self.next_check = self.started
         self.notified = False
         self._log_size = self._size(log_path)
+        self._recent: OrderedDict[bytes, None] = OrderedDict()  # the log's last distinct lines
+        self._remember_log_tail()
+        # The half-way stack sample of this quiet stretch: (monotonic time, main frames per
+        # pid, CPU ticks per pid); None until taken.
+        self._mid: tuple[float, dict[int, list[Any]], dict[int, int]] | None = None
         self._phase_mtimes = self._phase_stamp()
         self._steps: dict[str, int] = {}
         self._db: sqlite3.Connection | None = None
@@ -133,12 +151,45 @@ class StallWatch:
                 out.append(0.0)
         return tuple(out)
 
+    def _remember_log_tail(self) -> None:
+        """What the log already holds counts as seen: printed again, it is no progress."""
+        if self._log_size > 0:
+            self._new_content(max(0, self._log_size - LOG_LOOK_BYTES), self._log_size)
+
+    def _new_content(self, start: int, end: int) -> bool:
+        """Whether the log's bytes ``start:end`` (its last LOG_LOOK_BYTES at most) hold a line
+        or a ``\\r``-redraw not among the last RECENT_LINES seen; those are remembered."""
+        start = max(start, end - LOG_LOOK_BYTES)
+        try:
+            fd = open_job_file(self.log_path)  # never waits on a FIFO, never follows a link
+        except OSError:
+            return False
+        try:
+            data = os.pread(fd, end - start, start)
+        finally:
+            os.close(fd)
+        new = False
+        for part in _LINE_ENDS.split(data):
+            line = part.strip()[:512]
+            if not line:
+                continue
+            if line in self._recent:
+                self._recent.move_to_end(line)
+                continue
+            new = True
+            self._recent[line] = None
+            if len(self._recent) > RECENT_LINES:
+                self._recent.popitem(last=False)
+        return new
+
     def _cheap(self) -> bool:
-        """The log grew (one stat), or else a phase opened or closed (two more)."""
+        """New log content (a stat; the new bytes read only when it grew), or else a phase
+        opened or closed (two more stats)."""
         size = self._size(self.log_path)
         if size != self._log_size:
-            self._log_size = size
-            return True
+            before, self._log_size = self._log_size, size
+            if size > before and self._new_content(max(before, 0), size):
+                return True
         stamp = self._phase_stamp()
         moved = stamp != self._phase_mtimes
         self._phase_mtimes = stamp
@@ -173,11 +224,34 @@ class StallWatch:
             return False
         return any((getattr(r, "utilization_pct", None) or 0) >= GPU_BUSY_PCT for r in readings)
 
-    def _progress(self, now: float) -> None:
-        self.max_gap_s = max(self.max_gap_s, now - self.last_progress)
+    def _progress(self, now: float, seen_at: float | None = None) -> None:
+        """Progress seen at ``now`` (made at ``seen_at`` or later: the quiet gap ends there)."""
+        gap_end = now if seen_at is None else seen_at
+        self.max_gap_s = max(self.max_gap_s, gap_end - self.last_progress)
         self.last_progress = now
         self.next_deep = now + self.deep_every
         self.notified = False
+        self._mid = None
+
+    def _sample(self, pids: list[int]) -> tuple[list[stacks.ProcessStack], dict[int, int]]:
+        """The processes' stacks and CPU ticks, now."""
+        return stacks.dump(pids), stacks.cpu_ticks(pids)
+
+    def _moved_between_samples(
+        self, now: float, found: list[stacks.ProcessStack], ticks: dict[int, int]
+    ) -> bool:
+        """Since the half-way sample: a main-thread stack changed, or the processes used more
+        than CPU_BUSY_CORES of a core with no stack in a collective or rendezvous wait."""
+        if self._mid is None:
+            return False
+        then, frames, ticks_then = self._mid
+        now_frames = stacks.main_frames(found)
+        if any(pid in frames and frames[pid] != f for pid, f in now_frames.items()):
+            return True
+        if stacks.collective_wait(found):
+            return False  # a spinning wait for a peer: its CPU time is no work
+        used = sum(t - ticks_then.get(pid, 0) for pid, t in ticks.items())
+        return used / stacks.CLOCK_TICKS >= CPU_BUSY_CORES * max(now - then, 1e-3)
 
     def open_phase(self) -> tuple[str, float] | None:
         """The open phase with the longest budget (name, seconds), from this attempt."""
@@ -219,7 +293,12 @@ class StallWatch:
             self._progress(now)
             return None
         silent = now - self.last_progress
-        if silent < self.budget_s or self.notified:
+        if self.notified:
+            return None
+        if silent < self.budget_s:
+            if silent >= self.budget_s / 2 and self._mid is None:  # the first stack sample
+                found, ticks = self._sample(pids())
+                self._mid = (now, stacks.main_frames(found), ticks)
             return None
         phase = self.open_phase()
         if phase is not None and silent < max(self.budget_s, phase[1]):
@@ -227,11 +306,17 @@ class StallWatch:
         if self._metric_steps() or self._gpu_busy():  # one last look before acting
             self._progress(now)
             return None
+        found, ticks = self._sample(pids())
+        if self._moved_between_samples(now, found, ticks):  # no half-way sample: no motion
+            assert self._mid is not None
+            self._progress(now, seen_at=self._mid[0])  # it moved since the half-way sample
+            return None
         self.max_gap_s = max(self.max_gap_s, silent)
-        return self._evidence(silent, phase[0] if phase else None, pids())
+        return self._evidence(silent, phase[0] if phase else None, found)
 
-    def _evidence(self, silent: float, phase: str | None, pids: list[int]) -> Stall:
-        found = stacks.dump(pids)
+    def _evidence(
+        self, silent: float, phase: str | None, found: list[stacks.ProcessStack]
+    ) -> Stall:
         line = stacks.summary(found)
         quiet = self._rank_quiet()
         headline = f"stalled {minutes(silent)} min (budget {minutes(self.budget_s)} min)"
@@ -264,11 +349,18 @@ class StallWatch:
     def state(self) -> dict[str, Any]:
         """What the watch knows, as JSON (its clock must be wall time: see ``watch(now=)``)."""
         kept = {k: getattr(self, k) for k in self._KEPT}
+        mid = None
+        if self._mid is not None:
+            then, frames, ticks = self._mid
+            mid = {"t": then, "frames": {str(p): f for p, f in frames.items()},
+                   "ticks": {str(p): t for p, t in ticks.items()}}  # fmt: skip
         return {
             **kept,
             "log_size": self._log_size,
             "phases": self._phase_mtimes,
             "steps": self._steps,
+            "recent": [line.decode("utf-8", "replace") for line in self._recent],
+            "mid": mid,
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -283,6 +375,16 @@ class StallWatch:
         for k, v in kept.items():
             setattr(self, k, v)
         self._log_size, self._phase_mtimes, self._steps = size, phases, steps
+        try:  # newer keys: a state without them (or with them unreadable) still restores
+            self._recent = OrderedDict((str(x).encode(), None) for x in state.get("recent", []))
+            mid = state.get("mid")
+            self._mid = None
+            if mid:
+                frames = {int(p): [list(x) for x in f] for p, f in mid["frames"].items()}
+                ticks = {int(p): int(t) for p, t in mid["ticks"].items()}
+                self._mid = (float(mid["t"]), frames, ticks)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self._mid = None
 
     def finish(self, now: float | None = None) -> None:
         """Keep the attempt's longest quiet gap in progress.json (for ``stall: auto``)."""

@@ -1,5 +1,6 @@
-"""Stall detection on real jobs: a silent loop is found, read and failed; healthy quiet jobs
-(metric steps, \\r progress bars, a declared phase) are left alone."""
+"""Stall detection on real jobs: a silent hang is found, read and failed (a ticker redrawing
+the same text does not hide it); healthy quiet jobs (metric steps, \\r progress bars, a
+declared phase, a silent computation at full CPU) are left alone."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from air_skills.home import job_dir
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[3]
 
+# A hang: the main thread waits forever, using no CPU (a busy loop is work: see BUSY).
 LOOP = """
 import time
 print("starting", flush=True)
 def spin():
     while True:
-        x = 1  # the loop's line
+        time.sleep(3600)  # the loop's line
 spin()
 """
 
@@ -47,6 +49,50 @@ def test_silent_loop_is_stalled_with_its_stack_and_failed(client: Client) -> Non
     stacks = (job_dir(client.home, info.job_id) / "stacks.txt").read_text()
     assert re.search(r"spin \(<string>:[56]\)", stacks)
     assert client.get(info.job_id).status == JobStatus.FAILED
+
+
+# Issue 37 item 12: prints once, then computes in silence at full CPU for longer than its 3 s
+# stall timeout. Its main thread stays on one line (a C call in a one-line loop): the CPU time
+# is what tells it is working.
+BUSY = """
+import time
+print("computing", flush=True)
+end = time.monotonic() + 12
+while time.monotonic() < end: sum(range(100_000))
+print("done", flush=True)
+"""
+
+
+def test_a_silent_job_computing_at_full_cpu_is_not_stalled(client: Client) -> None:
+    info = client.launch(JobSpec(command=[PY, "-c", BUSY], stall_timeout_min=0.05, track=False))
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    assert "stalled" not in done.message
+    assert client.logs(info.job_id).text.splitlines() == ["computing", "done"]
+
+
+# Issue 37 item 13: a side thread redraws the same text with \r every 0.3 s while the main
+# thread waits forever: the same text again is no progress.
+TICKER = """
+import sys, threading, time
+def tick():
+    while True:
+        sys.stdout.write("\\rwaiting for the data server...")
+        sys.stdout.flush()
+        time.sleep(0.3)
+threading.Thread(target=tick, daemon=True).start()
+time.sleep(3600)
+"""
+
+
+def test_a_ticker_redrawing_the_same_text_does_not_hide_a_hung_main_thread(
+    client: Client,
+) -> None:
+    info = client.launch(JobSpec(command=[PY, "-c", TICKER], stall_timeout_min=0.05, track=False))
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    assert done.status == JobStatus.FAILED, done.message
+    assert "reason: stalled" in done.message
+    assert re.search(r"<string>:9 <module>\(\)", done.message), done.message
 
 
 def test_silence_from_the_start_is_covered(client: Client) -> None:

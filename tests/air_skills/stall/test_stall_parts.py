@@ -81,6 +81,34 @@ def test_the_clock_log_growth_and_phases(tmp_path: Path) -> None:
     assert (tmp_path / "stacks.txt").read_text().startswith("stalled 1.1 min (budget 0.17 min)")
 
 
+def test_only_new_log_content_is_progress_not_the_same_line_or_redraw_again(
+    tmp_path: Path,
+) -> None:
+    """Issue 37 item 13: a ticker that redraws (or prints) the same text again is no progress;
+    a new line, or a progress bar's next frame, is."""
+    w = watch(tmp_path)
+    log = tmp_path / "job.log"
+    with open(log, "a") as f:
+        f.write("loading\n")
+        f.flush()
+        assert w.check(1.0, list) is None and w.last_progress == 1.0  # new content
+        for t in (2.0, 3.0, 4.0):
+            f.write("\rwaiting for the data server...")
+            f.flush()
+            w.check(t, list)
+        assert w.last_progress == 2.0  # its first drawing only
+        f.write("loading\n")  # printed again: seen
+        f.flush()
+        assert w.check(6.0, list) is None and w.last_progress == 2.0
+        f.write("\r 10% |#         |")  # a progress bar's next frame: new
+        f.flush()
+        assert w.check(7.0, list) is None and w.last_progress == 7.0
+        f.write("\rwaiting for the data server...")
+        f.flush()
+        found = w.check(18.0, list)  # 11 s with nothing new: stalled
+    assert found is not None and found.silent_s == 11.0
+
+
 def test_traps_in_the_job_folder_neither_hang_nor_redirect_writes(tmp_path: Path) -> None:
     w = watch(tmp_path)
     (tmp_path / "phases").mkdir()
