@@ -103,6 +103,28 @@ _TABLE = (
         "`on` or `off`", lambda v: v in ("on", "off"),
     ),
     Setting(
+        "AIR_SANDBOX_UID", "int", 65534,
+        "where air runs as root: the unprivileged host uid a sandboxed job runs as (its group:"
+        " the uid's own), so that it cannot read root's files or open the disk; its folder,"
+        " `writable` folders and the jobs' cache are handed to it. Ignored where air runs as a"
+        " user (the job is that user)",
+        "a uid 1-4294967294", lambda v: 1 <= v <= 4294967294,
+    ),
+    Setting(
+        "AIR_SANDBOX_CACHE", "path", None,
+        "the cache folder sandboxed jobs share (their XDG_CACHE_HOME; HF_HOME, TORCH_HOME,"
+        " PIP_CACHE_DIR, TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR below it unless the launch"
+        " names them): read-write for the user's own code, read-only for code-editing trials"
+        " and evaluators",
+        default_text="unset: the user's (XDG_CACHE_HOME or ~/.cache); as root, $AIR_HOME/cache",
+    ),
+    Setting(
+        "AIR_SLIRP4NETNS", "str", "slirp4netns",
+        "the user-mode network stack that gives a sandboxed job outbound network in its own"
+        " namespace (the host's loopback stays out of reach): a name on PATH, or a path;"
+        " missing, a job has loopback only",
+    ),
+    Setting(
         "AIR_DATA_RECHECK_MAX_MB", "float", 256.0,
         "MiB of data input content the end-of-job re-check may read (all inputs together);"
         " past it a changed input is reported from its size and mtime, not read",

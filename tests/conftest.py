@@ -18,6 +18,9 @@ PY = sys.executable
 def air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh AIR_HOME with 4 simulated GPUs; every job left running is killed at the end."""
     home = tmp_path / "air_home"
+    # pytest makes tmp_path 0700: as root, a sandboxed job runs as AIR_SANDBOX_UID, which must
+    # read the scripts and folders a test puts there, as it would a user's 0755 project.
+    tmp_path.chmod(0o755)
     monkeypatch.setenv("AIR_HOME", str(home))
     monkeypatch.setenv("AIR_SIMULATED_GPUS", "4")
     monkeypatch.setenv("AIR_GRACE_S", "2")

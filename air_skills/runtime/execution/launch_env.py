@@ -35,6 +35,7 @@ from air_skills.runtime.execution import (
     sandbox,
     sandbox_ahead,
     sandbox_devices,
+    sandbox_net,
 )
 from air_skills.runtime.store.records import JobRecord
 
@@ -115,6 +116,8 @@ class CommandLaunch:
         except FileNotFoundError:  # the folder went between command_launch and now
             raise JobFolderGone(Path(self.log_path).parent) from None
         try:
+    # A sandboxed job that may use the network: the slirp4netns that serves it (sandbox_net)
+    slirp: str | None = None
             if self.banner:
                 log.write(self.banner)
                 log.flush()
@@ -122,16 +125,18 @@ class CommandLaunch:
                 child = sandbox_ahead.start(*self.ahead, self.env, log.fileno())
                 if child is not None:
                     return child
-            return subprocess.Popen(
-                self.argv,
-                cwd=self.cwd,
-                env=self.env,
-                stdin=_devnull(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                process_group=0,
-                close_fds=True,
-            )
+            how: dict[str, Any] = {
+                "cwd": self.cwd,
+                "env": self.env,
+                "stdin": _devnull(),
+                "stdout": log,
+                "stderr": subprocess.STDOUT,
+                "process_group": 0,
+                "close_fds": True,
+            }
+            if self.slirp is not None:  # bwrap waits until its network is up
+                return sandbox_net.popen(self.argv, self.slirp, log, **how)
+            return subprocess.Popen(self.argv, **how)
         finally:
             log.close()
 
@@ -196,7 +201,11 @@ def command_launch(
         )
         env["MLFLOW_RUN_ID"] = row.run_id
         env["MLFLOW_EXPERIMENT_ID"] = row.experiment_id or ""
-        if (sandboxed or spec.get("image")) and metric_relay.relayed(env["MLFLOW_TRACKING_URI"]):
+        uri = env["MLFLOW_TRACKING_URI"]
+        # A sandbox has no way to the host's loopback: a server there is relayed to as well.
+        if (sandboxed or spec.get("image")) and (
+            metric_relay.relayed(uri) or (sandboxed and _on_loopback(uri))
+        ):
             # A store of its own: its supervisor forwards each metric to the run (relay). A
             # container's too, whatever its sandbox: the shared store is never mounted in it.
             env.update(metric_relay.prepare(jdir, row.run_id, row.experiment_id or "0"))
@@ -227,6 +236,7 @@ def command_launch(
             argv = rendezvous.boot_command(argv, rendezvous.join_dir(jdir, row.attempts))
         argv = gang.torchrun_argv(
             argv,
+    slirp: str | None = None
             procs,
             gang.rank_log_dir(jdir),
             grace_s=grace,
@@ -266,8 +276,15 @@ def command_launch(
             argv,
             jdir=jdir,
             cwd=cwd,
+            environ={**said, **env},  # its settings, and its caches' variables
+            # The user's own code shares the caches; a code-editing trial's reads them only.
+            trusted=not spec.get("patch"),
             env=env,
             gpus=gpus,
+        if view.network:
+            slirp = sandbox_net.slirp_path(said)
+            if slirp is None:
+                banner += sandbox_net.missing_note(said).encode()
             passed=passed,
             data=data,
             writable=spec.get("writable") or (),
@@ -281,7 +298,15 @@ def command_launch(
             fixes = ", ".join(image.fixes)
             line = f"[air] {image.engine} runs with air's settings for: {fixes} ({said})\n"
             banner += line.encode()
-    return CommandLaunch(argv, cwd, env, row.log_path, banner, ahead)
+    return CommandLaunch(argv, cwd, env, row.log_path, banner, ahead, slirp)
+
+
+def _on_loopback(uri: str) -> bool:
+    """Whether a tracking server's URI names this machine's loopback."""
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(uri).hostname or "").lower()
+    return host in ("localhost", "::1", "0.0.0.0") or host.startswith("127.")
 
 
 def _dev_args(gpus: list[int], env: dict[str, str]) -> list[str]:

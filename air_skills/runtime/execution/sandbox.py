@@ -1,11 +1,15 @@
 """A job's sandbox: its command wrapped in bubblewrap (``bwrap``), so it can change only its folder.
 
 What a sandboxed job sees: the whole filesystem read-only; its own job folder (checkpoints,
-outputs, logs, its private code view) writable; a private ``/tmp``; the folders its spec names
-in ``writable``; its data inputs read-only at the real paths checked at start. ``AIR_HOME`` is
-hidden beyond the job's folder (no ``air.db``, code store, other jobs, studies, MLflow store).
-``network: false`` gives it a network namespace of its own (loopback only). A gang runs whole
-(torchrun and every rank) in one sandbox. Stdlib only: the supervisor builds on it.
+outputs, logs, its private code view) writable; a private ``/tmp`` and ``/dev/shm``; a fresh
+minimal ``/dev`` (its own GPUs' nodes only: sandbox_devices.py); the folders its spec names in
+``writable``; its data inputs read-only at the real paths checked at start; the ML caches
+(sandbox_caches.py). ``AIR_HOME`` is hidden beyond the job's folder (no ``air.db``, code store,
+other jobs, studies, MLflow store). A network namespace of its own: the host's loopback
+services are out of reach; outbound through slirp4netns unless ``network: false``
+(sandbox_net.py). Where air runs as root the job runs as AIR_SANDBOX_UID, an unprivileged host
+uid (job_user). A gang runs whole (torchrun and every rank) in one sandbox. Stdlib only: the
+supervisor builds on it.
 """
 
 from __future__ import annotations
@@ -13,15 +17,16 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from air_skills import settings
 from air_skills.home import open_job_file
-from air_skills.runtime.execution import sandbox_probe
+from air_skills.runtime.execution import sandbox_caches, sandbox_probe
 
 # What a job's record says when it ran in one (``JobInfo.sandbox``).
 KIND = "bwrap"
@@ -76,7 +81,7 @@ def describe(spec: Mapping[str, object]) -> str | None:
     return None
 
 
-def _named_paths(argv: list[str]) -> list[str]:
+def _named_paths(argv: list[str], user: tuple[int, int] | None = None) -> list[str]:
     """The absolute paths under /tmp a command names, as their folders (a script's siblings
     are its imports; a file not made yet will appear there), or the file itself when its
     folder is /tmp (kept private). Elsewhere the root's view shows them already: a bind less
@@ -95,9 +100,20 @@ def _named_paths(argv: list[str]) -> list[str]:
             real = real if folder in ("/", "/tmp") else folder
         elif not os.path.isdir(real) or real in ("/", "/tmp"):
             continue
-        if _hidden(real) and real not in out:
+        if _out_of_sight(real, user) and real not in out:
             out.append(real)
     return out
+
+
+def _out_of_sight(real: str, user: tuple[int, int] | None) -> bool:
+    """Whether the base view does not show ``real`` to the job: under its private /tmp, or
+    below a folder the job's uid cannot pass (root's 0700 home: see _unsearchable)."""
+    return _hidden(real) or (user is not None and not _reachable(real, user))
+
+
+def _reachable(real: str, user: tuple[int, int]) -> bool:
+    parts = real.strip("/").split("/")
+    return all(_passable("/" + "/".join(parts[:i]), user) for i in range(1, len(parts) + 1))
 
 
 def _hidden(real: str) -> bool:
@@ -106,7 +122,7 @@ def _hidden(real: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def program_paths(program: str) -> tuple[str, ...]:
+def program_paths(program: str, user: tuple[int, int] | None = None) -> tuple[str, ...]:
     """What the job's program needs that may lie under /tmp, which is private in the sandbox:
     its virtual environment (or its folder), the interpreter's, and this toolkit's checkout (an
     editable install imports from it), all read-only. Elsewhere the root's view shows them."""
@@ -118,15 +134,18 @@ def program_paths(program: str) -> tuple[str, ...]:
         bindir = os.path.dirname(os.path.abspath(exe))
         root = os.path.dirname(bindir)
         places.append(root if os.path.exists(os.path.join(root, "pyvenv.cfg")) else bindir)
-        places.append(os.path.dirname(os.path.realpath(exe)))
-    places.append(sys.prefix)
+        bin_real = os.path.dirname(os.path.realpath(exe))
+        places.append(bin_real)
+        if os.path.basename(bin_real) == "bin":  # its prefix: the standard library
+            places.append(os.path.dirname(bin_real))
+    places += [sys.prefix, sys.base_prefix]
     places.append(str(Path(__file__).resolve().parents[3]))  # the folder holding air_skills/
     out: list[str] = []
     for place in places:
         real = os.path.realpath(place)
-        if _hidden(real) and os.path.isdir(real) and real not in out:
+        if _out_of_sight(real, user) and os.path.isdir(real) and real not in out:
             out.append(real)
-    return tuple(out)
+    return tuple(p for p in out if not any(o != p and inside(p, o) for o in out))
 
 
 def _real_dir(path: str) -> str | None:
@@ -139,23 +158,75 @@ def inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+# The capabilities a root-run sandbox keeps until it becomes the job's uid (setpriv, or the
+# stub made ahead), which drops them with the bounding set: the job holds none.
+USER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+
+
+def job_user(environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
+    """The host (uid, gid) a sandboxed job runs as: AIR_SANDBOX_UID where air runs as root
+    (a user namespace alone maps the job to host uid 0, owner of root's 0600 files and the
+    disk nodes); None where air runs as a user (the job runs as that user)."""
+    if os.geteuid() != 0:
+        return None
+    uid = settings.get("AIR_SANDBOX_UID", os.environ if environ is None else environ)
+    return uid, _primary_gid(uid)
+
+
+@functools.lru_cache(maxsize=4)
+def _primary_gid(uid: int) -> int:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:  # a uid with no passwd entry: its own number as its group
+        return uid
+
+
+@functools.lru_cache(maxsize=4)
+def _setpriv() -> str:
+    found = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if found is None:
+        raise SandboxUnavailable("setpriv (util-linux) not found: a root-run job cannot drop root")
+    return found
+
+
+def become(user: tuple[int, int], command: list[str]) -> list[str]:
+    """``command`` run as ``user`` with no capability left, bounding set included (the
+    bwrap way; the stub made ahead does the same itself)."""
+    uid, gid = user
+    return [
+        _setpriv(), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+        "--bounding-set=-all", "--inh-caps=-all", "--", *command,
+    ]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class View:
     """A job's sandbox as bwrap makes it: ``base``, bwrap with the options every job of its
     kind shares (namespaces, capabilities, /, /dev, /proc, /tmp); then ``mounts``, in order,
     the later over the earlier, each ``(option, source, destination)`` (source "" for a
-    tmpfs); then the folder it starts in. sandbox_ahead.py makes the base before the job is
-    known and the mounts when it is."""
+    tmpfs); then the folder it starts in, the variables it sets (``env``: the caches'),
+    the host user the job becomes (None: it stays the caller's) and whether it reaches the
+    network (through slirp4netns, sandbox_net.py). sandbox_ahead.py makes the base before
+    the job is known and the rest when it is."""
 
     base: tuple[str, ...]
     mounts: tuple[tuple[str, str, str], ...]
     chdir: str | None
+    env: tuple[tuple[str, str], ...] = ()
+    user: tuple[int, int] | None = None
+    network: bool = True
 
     def argv(self, command: list[str]) -> list[str]:
         """The whole bwrap command line that runs ``command`` in this view."""
         out = [*self.base, *mount_args(self.mounts)]
         if self.chdir:
             out += ["--chdir", self.chdir]
+        for name, value in self.env:
+            out += ["--setenv", name, value]
+        if self.user is not None:
+            command = become(self.user, command)
         return [*out, "--", *command]
 
 
@@ -163,31 +234,46 @@ def mount_args(mounts: Iterable[tuple[str, str, str]]) -> list[str]:
     """bwrap's arguments for ``mounts`` (View.mounts), in their order."""
     out: list[str] = []
     for option, src, dst in mounts:
-        out += [option, dst] if option == "--tmpfs" else [option, src, dst]
+        if option == "--dir":  # a folder on a tmpfs, made passable (bwrap's would be 0700)
+            out += ["--perms", "0755", "--dir", dst]
+        else:
+            out += [option, dst] if option == "--tmpfs" else [option, src, dst]
     return out
 
 
 def base_args(
     bwrap: str,
     *,
-    dev: Iterable[str] = ("--dev-bind", "/dev", "/dev"),
-    network: bool = True,
+    dev: Iterable[str] = ("--dev", "/dev"),
     die_with_parent: bool = False,
+    user: tuple[int, int] | None = None,
 ) -> tuple[tuple[str, ...], list[tuple[str, str, str]]]:
     """bwrap and its options for every job of this kind, and the device nodes ``dev`` (bwrap's
     arguments for /dev: sandbox_devices.py) binds on top, as mounts."""
     dev = list(dev)
-    head = dev[:3] if dev[0] == "--dev-bind" else dev[:2]  # the host's /dev, or a fresh one
-    rest = dev[len(head) :]
+    head, rest = dev[:2], dev[2:]  # a fresh /dev, then the GPU nodes bound into it
     nodes = [(rest[i], rest[i + 1], rest[i + 2]) for i in range(0, len(rest), 3)]
-    out = [bwrap, "--ro-bind", "/", "/", *head]
+    # /dev/shm and /tmp private and writable by anyone in (the job's uid may not be root).
+    out = [bwrap, "--ro-bind", "/", "/", *head, "--perms", "1777", "--tmpfs", "/dev/shm"]
     if die_with_parent:
         out.append("--die-with-parent")
     # Run as root, bwrap would leave the job every capability: it could unmount the tmpfs
-    # hiding AIR_HOME, or remount / writable. No capability, whoever runs it.
-    out += ["--cap-drop", "ALL", "--unshare-pid", "--proc", "/proc", "--tmpfs", "/tmp"]
-    if not network:
-        out.append("--unshare-net")
+    # hiding AIR_HOME, or remount / writable. No capability, whoever runs it (those to become
+    # the job's uid go with root: become()). Its own network namespace: the host's loopback
+    # services (the page, air-mcp, MLflow, a Ray head) are not there (sandbox_net.py).
+    out += ["--cap-drop", "ALL"]
+    for cap in USER_CAPS if user is not None else ():
+        out += ["--cap-add", cap]
+    out += [
+        "--unshare-pid",
+        "--unshare-net",
+        "--proc",
+        "/proc",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+    ]
     return tuple(out), nodes
 
 
@@ -210,12 +296,22 @@ def view(
     readonly: Iterable[str] = (),
     die_with_parent: bool = False,
     kept: Iterable[str | os.PathLike[str]] = (),
-    dev: Iterable[str] = ("--dev-bind", "/dev", "/dev"),
+    dev: Iterable[str] = ("--dev", "/dev"),
+    hidden: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+    trusted: bool = False,
 ) -> View:
     """The job's view (module docstring); mounts in order, the later over the earlier.
-    ``dev``: how /dev is made (sandbox_devices.py: a GPU job's)."""
+    ``dev``: how /dev is made (sandbox_devices.py: a GPU job's). ``environ``: the job's
+    environment (its caches' folders; os.environ if None); ``trusted``: the job runs the
+    user's own code, and shares the caches read-write (sandbox_caches.py). Where the job
+    becomes another uid (job_user), its folder and ``writable`` folders are handed to it."""
+    env = os.environ if environ is None else environ
+    user = job_user(env)
     home_real = os.path.realpath(home)
-    base, out = base_args(bwrap, dev=dev, network=network, die_with_parent=die_with_parent)
+    base, out = base_args(bwrap, dev=dev, die_with_parent=die_with_parent, user=user)
+    jreal = os.path.realpath(jdir)
+    caches = sandbox_caches.plan(env, home_real, trusted=trusted, user=user)
 
     def ro(real: str) -> None:
         out.append(("--ro-bind", real, real))
@@ -223,13 +319,13 @@ def view(
     # Its workdir (and a live job's cwd) may lie under /tmp, now private: seen read-only.
     for path in dict.fromkeys(p for p in (workdir, cwd) if p):
         real = _real_dir(path)
-        if real and _hidden(real) and not inside(real, home_real):  # AIR_HOME: hidden next
-            ro(real)
-    for real in _named_paths(argv):  # `python /tmp/x/train.py`: its folder, read-only
+        if real and _out_of_sight(real, user) and not inside(real, home_real):
+            ro(real)  # (AIR_HOME: hidden next)
+    for real in _named_paths(argv, user):  # `python /tmp/x/train.py`: its folder, read-only
         if not inside(real, home_real):
             ro(real)
-    for real in program_paths(argv[0]):  # an interpreter or checkout under /tmp (CI's)
-        ro(real)
+    for real in program_paths(argv[0], user):  # an interpreter or checkout under /tmp (CI's)
+        ro(real)  # or, for another uid, under root's home
     out.append(("--tmpfs", "", home_real))  # AIR_HOME: nothing of it but the job's own folder
     for real in data:  # checked against the roots at start (tracking/data.recheck_at_start)
         if not inside(real, home_real):
@@ -238,17 +334,153 @@ def view(
         real = os.path.realpath(path)
         if os.path.exists(real):
             ro(real)
+    for path in hidden:  # what the job must not read (a study's held-out data): masked
+        real = os.path.realpath(path)
+        if os.path.isdir(real):
+            out.append(("--tmpfs", "", real))
+        elif os.path.exists(real):
+            out.append(("--ro-bind", "/dev/null", real))
+    granted: list[str] = []
     for path in writable:
         real = _real_dir(path)
         if real and not inside(real, home_real) and not inside(home_real, real):
             out.append(("--bind", real, real))
-    jreal = os.path.realpath(jdir)
+            granted.append(real)
+    out += caches.mounts
     out.append(("--bind", jreal, jreal))
+    keep: list[str] = []
     for path in kept:  # files in its folder that the job may read, never replace
         real = os.path.realpath(path)
         if os.path.isfile(real) and inside(real, jreal):
             ro(real)
-    return View(base, tuple(out), cwd)
+            keep.append(real)
+    if user is not None:
+        hand_over(jreal, user, keep)
+        for real in granted:  # the folder itself: what it holds keeps its owner
+            hand_over(real, user, (), depth=0)
+        out[:0] = _unsearchable(user, [m[2] for m in out] + [cwd or ""])
+        out = _passable_parents(out)
+    return View(base, tuple(out), cwd, tuple(caches.env.items()), user, network)
+
+
+def _passable_parents(mounts: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``mounts`` with a ``--dir`` (0755) before each, for the folders above its mount point
+    that lie on a tmpfs of the sandbox: bwrap makes them 0700, which another uid cannot pass."""
+    tmpfs = ["/tmp", "/dev"]
+    made: set[str] = set()
+    out: list[tuple[str, str, str]] = []
+    for mount in mounts:
+        dst = mount[2]
+        below = [t for t in tmpfs if dst != t and inside(dst, t)]
+        if below:
+            top = max(below, key=len)
+            rest = dst[len(top) :].strip("/").split("/")[:-1]
+            for i in range(1, len(rest) + 1):
+                folder = top.rstrip("/") + "/" + "/".join(rest[:i])
+                if folder not in made:
+                    made.add(folder)
+                    out.append(("--dir", "", folder))
+        if mount[0] == "--tmpfs":
+            tmpfs.append(dst)
+        made.add(dst)
+        out.append(mount)
+    return out
+
+
+def _unsearchable(user: tuple[int, int], places: Iterable[str]) -> list[tuple[str, str, str]]:
+    """A tmpfs over each topmost folder above ``places`` that ``user`` cannot pass (root's
+    0700 home, a 0700 AIR_HOME's parent): nothing there was readable by it, and the places
+    bound below come back through folders it can pass (bwrap makes them 0755)."""
+    out: list[str] = []
+    for place in places:
+        if not place.startswith("/") or _hidden(place):  # under the private /tmp: made anew
+            continue
+        parts = place.strip("/").split("/")
+        for i in range(1, len(parts)):
+            folder = "/" + "/".join(parts[:i])
+            if any(inside(folder, o) for o in out):
+                break
+            if not _passable(folder, user):
+                out.append(folder)
+                break
+    return [("--tmpfs", "", f) for f in out]
+
+
+@functools.lru_cache(maxsize=256)
+def _passable_at(folder: str, uid: int, gid: int, mode: int, owner: int, group: int) -> bool:
+    if owner == uid:
+        return bool(mode & stat.S_IXUSR)
+    if group == gid:
+        return bool(mode & stat.S_IXGRP)
+    return bool(mode & stat.S_IXOTH)
+
+
+def _passable(folder: str, user: tuple[int, int]) -> bool:
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return True  # not there: nothing to hide
+    return _passable_at(folder, *user, st.st_mode, st.st_uid, st.st_gid)
+
+
+def hand_over(
+    folder: str, user: tuple[int, int], keep: Collection[str] = (), depth: int = 32
+) -> None:
+    """Give ``folder`` and what air put in it to the job's uid, never through a link the
+    job planted: each folder opened O_NOFOLLOW relative to its parent's descriptor, each
+    file changed by its own descriptor and only when it has no other hard link (one to a
+    file elsewhere would hand that file over). ``keep``: files (real paths) that stay air's.
+    ``depth``: folders below it to walk (0: the folder itself only)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(folder, flags)
+    except OSError:
+        return
+    try:
+        _hand_over_at(fd, folder, user, frozenset(keep), depth)
+    finally:
+        os.close(fd)
+
+
+def _hand_over_at(
+    fd: int, path: str, user: tuple[int, int], keep: frozenset[str], depth: int
+) -> None:
+    uid, gid = user
+    st = os.fstat(fd)
+    if st.st_uid != uid:
+        os.fchown(fd, uid, gid)
+    if depth <= 0:
+        return
+    for entry in os.scandir(fd):
+        name = entry.name
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                sub = os.open(
+                    name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                )
+            except OSError:
+                continue
+            try:
+                _hand_over_at(sub, f"{path}/{name}", user, keep, depth - 1)
+            finally:
+                os.close(sub)
+        elif stat.S_ISREG(st.st_mode) and st.st_uid != uid and f"{path}/{name}" not in keep:
+            try:  # by its descriptor: what was checked is what changes
+                f = os.open(
+                    name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
+                )
+            except OSError:
+                continue
+            try:
+                got = os.fstat(f)
+                if stat.S_ISREG(got.st_mode) and got.st_nlink == 1:
+                    os.fchown(f, uid, gid)
+            finally:
+                os.close(f)
 
 
 def resolved(argv: list[str], path: str | None, cwd: str | None) -> list[str]:
@@ -313,6 +545,13 @@ def failure_note(log_path: str | None) -> str:
             tail = f.read()
     except OSError:
         return ""
+    user = job_user()
+    if user is not None and b"Permission denied" in tail:
+        return (
+            f" (it ran sandboxed as uid {user[0]} (AIR_SANDBOX_UID), as air runs as root: what"
+            " it reads must be readable by that uid, what it writes must be its own folder,"
+            " `writable` or the caches)"
+        )
     # A write outside its folder, or a path under the host's /tmp (its own /tmp is private).
     if b"Read-only file system" not in tail and b"No such file or directory: '/tmp/" not in tail:
         return ""

@@ -3,10 +3,13 @@
 bwrap's own start (namespaces, the base view, its two execs) is most of what a sandbox adds
 to a job's launch: about 1.6 ms here, on a 10 ms launch. An idle supervisor pays it ahead:
 it starts bwrap with the base every job of its kind shares (sandbox.View.base) and
-sandbox_stub.py inside, which keeps CAP_SYS_ADMIN and CAP_SETPCAP and the host's tree at
-HOST_VIEW. Handed a job whose base is the same, the supervisor sends the job's mounts, folder,
-argv, environment and log; the stub makes the mounts as bwrap would from the same view,
-detaches the host's tree, drops every capability and execs the job. The job's process
+sandbox_stub.py inside, which keeps CAP_SYS_ADMIN and CAP_SETPCAP (and, as root, what it
+needs to become the job's uid) and the host's tree at HOST_VIEW; slirp4netns serves its
+network namespace from the start (sandbox_net.py), and only a job that may use the network
+takes a spare that has it (and the other way round). Handed a job whose base is the same,
+the supervisor sends the job's mounts, folder, argv, environment, variables and uid; the stub
+makes the mounts as bwrap would from the same view, detaches the host's tree, becomes the
+job's uid, drops every capability and execs the job. The job's process
 is then this bwrap's, as a job started by bwrap would be. Any other job, or a stub that
 is not ready or gives up, starts the usual way (``None`` from start()).
 """
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from air_skills import settings
-from air_skills.runtime.execution import sandbox, sandbox_devices
+from air_skills.runtime.execution import sandbox, sandbox_devices, sandbox_net
 
 if TYPE_CHECKING:  # socket and select load only in a supervisor that makes a spare
     import socket
@@ -48,8 +51,10 @@ class Spare:
         prelude: tuple[Mount, ...],
         child: subprocess.Popen[bytes],
         sock: socket.socket,
+        network: bool = False,
     ) -> None:
         self.base = base
+        self.network = network  # slirp4netns serves its namespace
         self.prelude = prelude
         self.child = child
         self.sock = sock
@@ -126,7 +131,9 @@ def prepare() -> None:
     bwrap = sandbox.bwrap_path()
     assert bwrap is not None  # enabled() found it
     root = settings.get("AIR_SANDBOX_DEV_ROOT") or "/dev"
-    base, _nodes = sandbox.base_args(bwrap, dev=sandbox_devices.dev_args([], root))
+    base, _nodes = sandbox.base_args(
+        bwrap, dev=sandbox_devices.dev_args([], root), user=sandbox.job_user()
+    )
     # What every job's view holds (sandbox.view): the interpreter and this toolkit (the
     # stub's too) where they lie under /tmp, private in there; the tmpfs over AIR_HOME.
     prelude: list[Mount] = [("--ro-bind", p, p) for p in sandbox.program_paths(sys.executable)]
@@ -134,8 +141,16 @@ def prepare() -> None:
     import socket
 
     mine, theirs = socket.socketpair()
+    slirp = sandbox_net.slirp_path()
+    net_fds: tuple[int, ...] = ()
+    if slirp is not None:  # bwrap says its sandbox's pid; slirp4netns ends with it
+        info_r, info_w = os.pipe()
+        sync_r, sync_w = os.pipe()
+        net_fds = (info_w, sync_w)
     argv = [
-        *base,
+        *base[:1],
+        *(["--info-fd", str(net_fds[0]), "--sync-fd", str(net_fds[1])] if net_fds else []),
+        *base[1:],
         "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP",
         "--bind", "/", HOST_VIEW,
         *sandbox.mount_args(prelude),
@@ -148,15 +163,28 @@ def prepare() -> None:
             stdout=subprocess.DEVNULL,  # its stderr is ours: bwrap's complaints go to our log
             process_group=0,
             close_fds=True,
-            pass_fds=(theirs.fileno(),),
+            pass_fds=(theirs.fileno(), *net_fds),
             env={"PATH": os.environ.get("PATH", os.defpath)},
         )
     except OSError:
         mine.close()
+        if net_fds:
+            os.close(info_r)
+            os.close(sync_r)
         return
     finally:
         theirs.close()
-    _SPARE = Spare(base, tuple(prelude), child, mine)
+        for fd in net_fds:
+            os.close(fd)
+    network = False
+    if slirp is not None:
+        try:
+            why = sandbox_net.attach(sandbox_net.sandbox_pid(info_r), slirp, sync_r)
+        finally:
+            os.close(info_r)
+            os.close(sync_r)
+        network = why is None
+    _SPARE = Spare(base, tuple(prelude), child, mine, network)
 
 
 def start(
@@ -169,11 +197,19 @@ def start(
     spare = _SPARE
     if spare is None or spare.owner != os.getpid() or spare.base != view.base:
         return None
+    if spare.network != (view.network and sandbox_net.slirp_path(env) is not None):
+        return None
     if not spare.ready():
         return None
     _SPARE = None
     mounts = spare.left_to_mount(view.mounts)
-    job = {"mounts": mounts, "chdir": view.chdir, "argv": argv, "env": env}
+    job = {
+        "mounts": mounts,
+        "chdir": view.chdir,
+        "argv": argv,
+        "env": {**env, **dict(view.env)},
+        "user": list(view.user) if view.user is not None else None,
+    }
     payload = marshal.dumps(job)
     import socket
 

@@ -1,12 +1,12 @@
 """A sandboxed job's /dev: only its own GPUs' device nodes, plus the control nodes CUDA needs.
 
-Where the device-node folder (AIR_SANDBOX_DEV_ROOT, ``/dev``) holds ``nvidiaN`` nodes, the job
-gets a fresh minimal /dev (bwrap ``--dev``: null, zero, random, tty, pts, a private shm) with,
-bound from that folder, its GPUs' ``nvidiaN`` (N: the GPU's minor number), the control nodes
-(nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset, nvidia-caps/) and InfiniBand's
-folder (NCCL over RDMA); another job's GPU is not there to open, whatever CUDA_VISIBLE_DEVICES
-says. Without GPU nodes (simulated GPUs, a CPU machine) the job sees the host's /dev as
-before. Stdlib only.
+Every sandboxed job gets a fresh minimal /dev (bwrap ``--dev``: null, zero, full, random,
+urandom, tty, pts; sandbox.base_args adds a private /dev/shm): no disk, loop or zram node, no
+/dev/kmsg. Where the device-node folder (AIR_SANDBOX_DEV_ROOT, ``/dev``) holds ``nvidiaN``
+nodes, bound into it from that folder: its GPUs' ``nvidiaN`` (N: the GPU's minor number), the
+control nodes (nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset, nvidia-caps/) and
+InfiniBand's folder (NCCL over RDMA); another job's GPU is not there to open, whatever
+CUDA_VISIBLE_DEVICES says. Stdlib only.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def dev_args(
     nodes' numbers (NVML's minor numbers; the index itself when not given)."""
     names = gpu_nodes(root)
     if not any(_GPU_NODE.fullmatch(n) for n in names):
-        return ["--dev-bind", "/dev", "/dev"]
+        return ["--dev", "/dev"]
     wanted = list(gpus)
     numbers = minors(wanted) if minors is not None and wanted else wanted
     allowed = {f"nvidia{n}" for n in numbers} | set(CONTROL) | set(PASSED)

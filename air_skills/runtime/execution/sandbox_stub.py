@@ -6,8 +6,9 @@ was known, and left this process CAP_SYS_ADMIN and CAP_SETPCAP only, plus the ho
 tree at the folder its second argument names. When its supervisor sends a job (its log as a
 file descriptor, then its mounts, folder, argv and environment), this process makes the
 job's mounts exactly as bwrap would from the same arguments (sandbox.View), detaches the
-host's tree, drops every capability (asked of the kernel again: it never runs a job that
-holds one) and execs the job.
+host's tree, becomes the job's uid where it is given one (sandbox.job_user: bwrap then left it
+CAP_SETUID and CAP_SETGID too), drops every capability (asked of the kernel again: it never
+runs a job that holds one) and execs the job.
 
 It tells the supervisor ``R`` once it is ready (and takes the process name its third
 argument gives), ``X`` just before the exec, ``E`` and why when it gives up (the supervisor
@@ -114,7 +115,10 @@ def _bind(option: str, src: str, dst: str, host_view: str, host_mounts: list[str
 
 def _make_view(mounts: list[list[str]], host_view: str, host_mounts: list[str]) -> None:
     for option, src, dst in mounts:
-        if option == "--tmpfs":
+        if option == "--dir":  # bwrap's --perms 0755 --dir: passable by the job's uid
+            os.makedirs(dst, mode=0o755, exist_ok=True)
+            os.chmod(dst, 0o755)
+        elif option == "--tmpfs":
             _ensure(dst, True)
             _mount("tmpfs", dst, "tmpfs", MS_SILENT | MS_NOSUID | MS_NODEV, "mode=0755")
         elif option in ("--bind", "--ro-bind", "--dev-bind"):
@@ -192,6 +196,13 @@ def main() -> None:
         # What Popen(restore_signals=True) gives: Python ignores these, an exec keeps that.
         for signum in (_signal.SIGPIPE, _signal.SIGXFSZ):
             _signal.signal(signum, _signal.SIG_DFL)
+        if job.get("user"):  # as setpriv does for bwrap: no group left, then the uid
+            uid, gid = job["user"]
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+            if os.getresuid() != (uid, uid, uid) or os.getgroups() not in ([], [gid]):
+                raise Refused(f"still {os.getresuid()} {os.getgroups()} after becoming {uid}")
         _drop_capabilities()
     except (Refused, OSError) as exc:
         sock.sendall(b"E" + str(exc).encode(errors="replace"))

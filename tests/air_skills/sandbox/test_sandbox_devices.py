@@ -63,15 +63,21 @@ def test_a_job_sees_its_own_gpu_nodes_and_the_control_nodes_only(
         assert seen["mine"] == f"nvidia{gpus[0]}"
 
 
-def test_without_gpu_nodes_the_job_sees_the_hosts_dev(client: Client, tmp_path: Path) -> None:
+def test_without_gpu_nodes_the_job_gets_a_fresh_dev_too(client: Client, tmp_path: Path) -> None:
+    """Issue 37.3: no GPU nodes (simulated GPUs, a CPU machine) is no reason for the host's
+    /dev: the job gets the same fresh one, with no disk, loop, zram or kmsg node."""
     empty = tmp_path / "no-gpus"
     empty.mkdir()
-    assert sandbox_devices.dev_args([0], str(empty)) == ["--dev-bind", "/dev", "/dev"]
-    # The simulated GPUs' jobs (host /dev has no nvidia nodes here) run as before.
-    cmd = [PY, "-c", "import os; assert os.path.exists('/dev/null') and os.listdir('/dev')"]
-    info = client.launch(JobSpec(command=cmd, gpus=1, track=False, code="live"))
+    assert sandbox_devices.dev_args([0], str(empty)) == ["--dev", "/dev"]
+    probe = (
+        "import os; names = os.listdir('/dev'); assert '/dev/null' and 'null' in names;"
+        " bad = [n for n in names if n.startswith(('sd', 'loop', 'zram', 'nvme', 'vd', 'kmsg',"
+        " 'mem', 'port'))]; assert not bad, bad"
+    )
+    info = client.launch(JobSpec(command=[PY, "-c", probe], gpus=1, track=False, code="live"))
     assert info.sandbox == "bwrap"
-    assert client.wait([info.job_id], timeout_s=120)[0].status == JobStatus.SUCCEEDED
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    assert done.status == JobStatus.SUCCEEDED, client.logs(info.job_id).text
 
 
 def test_gpu_indices_map_to_device_minor_numbers(tmp_path: Path) -> None:

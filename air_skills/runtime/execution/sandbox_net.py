@@ -1,0 +1,129 @@
+"""A sandboxed job's network: a namespace of its own, outbound through slirp4netns.
+
+Every sandbox has its own network namespace (sandbox.base_args: ``--unshare-net``), so the
+host's loopback services (the page, air-mcp over HTTP, MLflow's server, a Ray head) are not
+there to call. A job that may use the network (``network: true``, the default) gets a
+user-mode stack in it: slirp4netns, attached to the sandbox before the job runs (bwrap's
+``--block-fd``), with ``--disable-host-loopback`` (10.0.2.2 does not lead to the host's
+127.0.0.1). It ends with the sandbox (its ``--exit-fd`` is bwrap's ``--sync-fd``). Where
+slirp4netns is missing (AIR_SLIRP4NETNS), a job has loopback only and its log says so.
+``network: false``: loopback only. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+from air_skills import settings
+
+MTU = "65520"
+WAIT_S = 10.0  # bwrap's word of its sandbox's pid, then slirp4netns's ready
+
+
+def slirp_path(environ: Mapping[str, str] | None = None) -> str | None:
+    """The slirp4netns that AIR_SLIRP4NETNS names, on PATH (or /usr/bin); None if missing."""
+    env = os.environ if environ is None else environ
+    name = settings.get("AIR_SLIRP4NETNS", env) or ""
+    if not name:
+        return None
+    path = env.get("PATH", os.defpath) + ":/usr/bin:/bin"
+    return shutil.which(name, path=path)
+
+
+def missing_note(environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    name = settings.get("AIR_SLIRP4NETNS", env) or "slirp4netns"
+    return (
+        f"[air] no network for this job: {name} not found (its sandbox has loopback only;"
+        " apt-get install slirp4netns, or AIR_SLIRP4NETNS)\n"
+    )
+
+
+def popen(
+    argv: list[str], slirp: str, log: IO[bytes] | None = None, **kw: Any
+) -> subprocess.Popen[bytes]:
+    """Start bwrap (``argv[0]``) holding its job until slirp4netns serves its namespace."""
+    info_r, info_w = os.pipe()
+    sync_r, sync_w = os.pipe()
+    block_r, block_w = os.pipe()
+    fds = (info_w, sync_w, block_r)
+    full = [argv[0], "--info-fd", str(info_w), "--sync-fd", str(sync_w)]
+    full += ["--block-fd", str(block_r), *argv[1:]]
+    try:
+        child = subprocess.Popen(full, pass_fds=(*kw.pop("pass_fds", ()), *fds), **kw)
+    except BaseException:
+        for fd in (info_r, sync_r, block_w):
+            os.close(fd)
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    try:
+        why = attach(sandbox_pid(info_r), slirp, sync_r)
+        if why and log is not None:
+            log.write(f"[air] no network for this job: {why}\n".encode())
+            log.flush()
+    finally:
+        os.close(info_r)
+        os.close(sync_r)
+        os.write(block_w, b"1")  # the job runs now
+        os.close(block_w)
+    return child
+
+
+def sandbox_pid(info_fd: int) -> int | None:
+    """The pid bwrap writes to its ``--info-fd`` (its sandbox's first process); None if it
+    said nothing in time."""
+    got = b""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return int(json.loads(got)["child-pid"])
+        except (ValueError, KeyError, TypeError):
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([info_fd], [], [], left)[0]:
+            return None
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            return None
+        got += chunk
+
+
+def attach(pid: int | None, slirp: str, exit_fd: int) -> str | None:
+    """slirp4netns serving the network namespace of ``pid``, until ``exit_fd`` reads EOF;
+    why not (None: it is ready)."""
+    if pid is None:
+        return "the sandbox did not say its pid"
+    ready_r, ready_w = os.pipe()
+    argv = [
+        slirp, "--configure", f"--mtu={MTU}", "--disable-host-loopback",
+        f"--exit-fd={exit_fd}", f"--ready-fd={ready_w}", str(pid), "tap0",
+    ]  # fmt: skip
+    try:
+        subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(exit_fd, ready_w),
+            start_new_session=True,  # not in the job's group: it ends by exit_fd
+            close_fds=True,
+        )
+    except OSError as exc:
+        os.close(ready_r)
+        return f"{slirp} cannot run: {exc}"
+    finally:
+        os.close(ready_w)
+    try:
+        ready = select.select([ready_r], [], [], WAIT_S)[0] and os.read(ready_r, 1) == b"1"
+    finally:
+        os.close(ready_r)
+    return None if ready else f"{slirp} did not get ready in {WAIT_S:g} s"

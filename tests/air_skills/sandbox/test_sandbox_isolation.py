@@ -1,0 +1,195 @@
+"""Issue 37 (3, 4, 16): a sandboxed job sees no disk, no host /dev/shm or /dev/kmsg, none of
+root's files, and none of the host's loopback services; both ways of starting a sandbox.
+
+As root (as here and on many GPU machines) the job runs as AIR_SANDBOX_UID: a user namespace
+alone would leave it host uid 0, owner of root's 0600 files and of the disk nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import spares_ready, started_ahead, wait_until
+
+from air_skills import Client, JobSpec, JobStatus
+from air_skills.runtime.execution import sandbox, sandbox_net
+
+PY = sys.executable
+pytestmark = pytest.mark.skipif(
+    sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"
+)
+BOTH = pytest.mark.parametrize("made_ahead", [False, True], ids=["bwrap-at-start", "made-ahead"])
+
+PROBE = r"""
+import json, os, socket, sys
+cfg = json.loads(sys.argv[1])
+out = {"uid": os.getuid(), "dev": sorted(os.listdir("/dev"))}
+def attempt(name, fn):
+    try:
+        out[name] = fn()
+    except OSError as exc:
+        out[name] = f"refused: {type(exc).__name__}"
+out["secret"] = attempt("secret", lambda: open(cfg["secret"]).read()) or out["secret"]
+attempt("kmsg", lambda: open("/dev/kmsg", "w").write("job\n") and "written")
+out["host_shm_seen"] = os.path.exists(cfg["host_shm"])
+open(cfg["job_shm"], "w").write("job")  # /dev/shm is writable: its own
+def call(port):
+    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+    return s.recv(16).decode()
+attempt("loopback", lambda: call(cfg["port"]))
+out["interfaces"] = [n for _, n in socket.if_nameindex()]
+print("PROBE " + json.dumps(out), flush=True)
+"""
+
+
+def _loopback_server() -> tuple[socket.socket, int]:
+    """A TCP server on the host's 127.0.0.1 that answers ``host`` to whoever connects."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            conn.sendall(b"host")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+def _ready_ahead(client: Client, air_home: Path) -> None:
+    first = client.launch(JobSpec(command=["true"], track=False, sandbox="off"))
+    assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+    wait_until(lambda: spares_ready(air_home), timeout_s=60)
+
+
+@BOTH
+@pytest.mark.parametrize("network", [True, False], ids=["network", "no-network"])
+def test_no_disk_no_host_shm_no_kmsg_no_root_file_no_host_loopback(
+    client: Client,
+    air_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    made_ahead: bool,
+    network: bool,
+) -> None:
+    if made_ahead:
+        _ready_ahead(client, air_home)
+    else:
+        monkeypatch.setenv("AIR_SANDBOX_AHEAD", "off")
+    # A root-owned 0600 file the sandbox does not hide (not under /tmp, AIR_HOME or /root).
+    folder = Path("/var/tmp") / f"air-test-{uuid.uuid4().hex}"
+    folder.mkdir(mode=0o755)
+    secret = folder / "secret"
+    secret.write_text("root only")
+    secret.chmod(0o600)
+    tag = uuid.uuid4().hex
+    host_shm, job_shm = Path(f"/dev/shm/air-host-{tag}"), Path(f"/dev/shm/air-job-{tag}")
+    host_shm.write_text("host")
+    srv, port = _loopback_server()
+    try:
+        cfg = {"secret": str(secret), "host_shm": str(host_shm), "job_shm": str(job_shm)}
+        cfg["port"] = port
+        script = tmp_path / "probe.py"
+        script.write_text(PROBE + "import time; time.sleep(0.3)\n")
+        spec = JobSpec(
+            command=[PY, str(script), json.dumps(cfg)], track=False, sandbox="on", network=network
+        )
+        info = client.launch(spec)
+        pid = wait_until(lambda: client.store.row(info.job_id).job_pid, timeout_s=60)
+        ahead = started_ahead(pid)
+        done = client.wait([info.job_id], timeout_s=120)[0]
+        log = client.logs(info.job_id, tail=None).text
+        assert done.status == JobStatus.SUCCEEDED, (done.message, log)
+        seen = json.loads(log.split("PROBE ", 1)[1].splitlines()[0])
+        assert not job_shm.exists()  # what the job wrote in /dev/shm stayed in its own
+    finally:
+        srv.close()
+        host_shm.unlink()
+        secret.unlink()
+        folder.rmdir()
+    if made_ahead and network == (sandbox_net.slirp_path() is not None or not network):
+        assert ahead  # the spare fits the job (network or not): it was used
+    # A fresh minimal /dev: no disk, loop or zram node, no kmsg; a private, writable shm.
+    assert set(seen["dev"]) <= {
+        "core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+        "stdout", "tty", "urandom", "zero",
+    }  # fmt: skip
+    assert seen["kmsg"].startswith("refused")
+    assert seen["host_shm_seen"] is False
+    # The host's loopback service is out of reach, with network or without.
+    assert seen["loopback"].startswith("refused"), seen
+    if os.geteuid() == 0:  # as root the job is AIR_SANDBOX_UID, not uid 0
+        assert seen["uid"] == 65534
+        assert seen["secret"] == "refused: PermissionError"
+    if network and sandbox_net.slirp_path() is not None:
+        assert "tap0" in seen["interfaces"]  # outbound through slirp4netns
+    else:
+        assert seen["interfaces"] == ["lo"]
+
+
+def test_a_job_writes_its_folder_and_checkpoints_across_a_retry_as_its_uid(
+    client: Client, tmp_path: Path
+) -> None:
+    """The job's folder is handed to its uid: checkpoints of attempt 1 are there, writable,
+    in attempt 2; the supervisor reads what the job wrote (its metrics)."""
+    script = tmp_path / "retry.py"
+    script.write_text(
+        "import os, sys\n"
+        "ck = os.path.join(os.environ['AIR_CHECKPOINT_DIR'], 'step')\n"
+        "n = int(open(ck).read()) if os.path.exists(ck) else 0\n"
+        "open(ck, 'w').write(str(n + 1))\n"
+        "open(os.path.join(os.path.dirname(os.environ['AIR_CONFIG_FILE']), 'out.txt'), 'w')"
+        ".write('out')\n"
+        "from mlflow.tracking import MlflowClient\n"
+        "MlflowClient().log_metric(os.environ['MLFLOW_RUN_ID'], 'loss', 1.0 / (n + 1), step=n)\n"
+        "sys.exit(3 if n == 0 else 0)\n"
+    )
+    info = client.launch(JobSpec(command=[PY, str(script)], sandbox="on", max_retries=1))
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    assert done.status == JobStatus.SUCCEEDED, (done.message, client.logs(info.job_id).text)
+    jdir = client.home / "jobs" / info.job_id
+    assert (jdir / "checkpoints" / "step").read_text() == "2"
+    assert (jdir / "out.txt").read_text() == "out"
+    if os.geteuid() == 0:
+        assert (jdir / "checkpoints" / "step").stat().st_uid == 65534
+        assert (jdir / "record.json").stat().st_uid == 0  # what air reads back stays air's
+    from mlflow.tracking import MlflowClient
+
+    from air_skills.tracking.mlflow import tracking_uri
+
+    run = MlflowClient(tracking_uri(client.home)).get_run(client.get(info.job_id).run_id)
+    assert run.data.metrics["loss"] == 0.5
+
+
+def test_hand_over_never_follows_a_link_or_a_hard_link(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("hand_over changes owners: root only")
+    jdir = tmp_path / "job"
+    (jdir / "sub").mkdir(parents=True)
+    victim_dir = tmp_path / "victim"
+    victim_dir.mkdir()
+    victim = victim_dir / "file"
+    victim.write_text("root's")
+    (jdir / "link").symlink_to(victim)
+    (jdir / "dirlink").symlink_to(victim_dir)
+    os.link(victim, jdir / "hard")
+    (jdir / "sub" / "mine").write_text("air wrote it")
+    (jdir / "kept").write_text("stays air's")
+    sandbox.hand_over(str(jdir), (65534, 65534), [str(jdir / "kept")])
+    assert (jdir / "sub" / "mine").stat().st_uid == 65534
+    assert jdir.stat().st_uid == 65534 and (jdir / "sub").stat().st_uid == 65534
+    assert victim.stat().st_uid == 0 and victim_dir.stat().st_uid == 0
+    assert (jdir / "kept").stat().st_uid == 0
+    assert os.lstat(jdir / "link").st_uid == 0
