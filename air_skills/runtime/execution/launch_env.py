@@ -108,6 +108,8 @@ class CommandLaunch:
     banner: bytes = b""  # written to the log first (a later attempt says so)
     # A sandboxed job: its view and command, for a sandbox made ahead (sandbox_ahead.py)
     ahead: tuple[sandbox.View, list[str]] | None = None
+    # A sandboxed job that may use the network: the slirp4netns that serves it (sandbox_net)
+    slirp: str | None = None
 
     def popen(self) -> subprocess.Popen[bytes]:
         """Start it (argv, never a shell) in its own process group, output to the log."""
@@ -116,8 +118,6 @@ class CommandLaunch:
         except FileNotFoundError:  # the folder went between command_launch and now
             raise JobFolderGone(Path(self.log_path).parent) from None
         try:
-    # A sandboxed job that may use the network: the slirp4netns that serves it (sandbox_net)
-    slirp: str | None = None
             if self.banner:
                 log.write(self.banner)
                 log.flush()
@@ -223,6 +223,7 @@ def command_launch(
         cwd, env["AIR_CODE_DIGEST"] = view
     banner = b""
     ahead: tuple[sandbox.View, list[str]] | None = None
+    slirp: str | None = None
     if row.attempts > 1:
         banner = f"[air] attempt {row.attempts} on GPUs {gpus}\n".encode()
     argv = config_args.job_argv(spec)  # the config's flags too (config_as)
@@ -236,7 +237,6 @@ def command_launch(
             argv = rendezvous.boot_command(argv, rendezvous.join_dir(jdir, row.attempts))
         argv = gang.torchrun_argv(
             argv,
-    slirp: str | None = None
             procs,
             gang.rank_log_dir(jdir),
             grace_s=grace,
@@ -263,8 +263,15 @@ def command_launch(
             # What air reads back from the job's folder stays as air wrote it.
             kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
             dev=_dev_args(gpus, said),
+            environ={**said, **env},  # its settings, and its caches' variables
+            # The user's own code shares the caches; a code-editing trial's reads them only.
+            trusted=not spec.get("patch"),
         )
         argv = view.argv(command)
+        if view.network:
+            slirp = sandbox_net.slirp_path(said)
+            if slirp is None:
+                banner += sandbox_net.missing_note(said).encode()
         if settings.get("AIR_SANDBOX_AHEAD", said) == "on":  # the launch's say, as for bwrap
             ahead = (view, command)
     if image is not None:  # the engine runs it: the contract's names pass into the container
@@ -276,15 +283,8 @@ def command_launch(
             argv,
             jdir=jdir,
             cwd=cwd,
-            environ={**said, **env},  # its settings, and its caches' variables
-            # The user's own code shares the caches; a code-editing trial's reads them only.
-            trusted=not spec.get("patch"),
             env=env,
             gpus=gpus,
-        if view.network:
-            slirp = sandbox_net.slirp_path(said)
-            if slirp is None:
-                banner += sandbox_net.missing_note(said).encode()
             passed=passed,
             data=data,
             writable=spec.get("writable") or (),
