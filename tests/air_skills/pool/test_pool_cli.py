@@ -50,8 +50,8 @@ def test_launch_refuses_or_allows_a_duplicate_as_asked(air_home: Path, tmp_path:
 def test_ls_says_who_launched_each_job_and_filters_by_it(
     air_home: Path, client: Client, tmp_path: Path
 ) -> None:
-    client.add_identity("agent-with-a-long-name", "lab")
-    agent = client.as_identity(Identity("agent-with-a-long-name", "lab"))
+    client.add_identity("agent-with-a-long-name", "lab", unsandboxed=True)
+    agent = client.as_identity(Identity("agent-with-a-long-name", "lab", unsandboxed=True))
     spec = {"command": [sys.executable, "-c", HOLD], "code": "live", "track": False}
     mine = client.launch(spec)
     theirs = agent.launch({**spec, "config": {"n": 1}})
@@ -69,8 +69,8 @@ def test_ls_says_who_launched_each_job_and_filters_by_it(
 
 
 def test_the_jobs_run_is_tagged_with_who_launched_it(client: Client, tmp_path: Path) -> None:
-    client.add_identity("tagger", "lab")
-    agent = client.as_identity(Identity("tagger", "lab"))
+    client.add_identity("tagger", "lab", unsandboxed=True)
+    agent = client.as_identity(Identity("tagger", "lab", unsandboxed=True))
     code = "print('---'); print('loss: 1')"
     info = agent.launch({"command": [sys.executable, "-c", code], "code": "live"})
     done = client.wait([info.job_id], timeout_s=120)[0]
