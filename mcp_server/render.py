@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from air_skills.batch import group_line
+from air_skills.runtime.results.finite import show_value
 from air_skills.runtime.supervision.stall import note as stall_note
 from mcp_server.schemas import BatchReply, CompareReply, JobPage, LogReply, SeedGroup, WaitReply
 
@@ -38,8 +39,8 @@ def frame_output(job_id: str, text: str) -> str:
     )
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.5g}"
+def _num(value: float | str | None) -> str:
+    return show_value(value)  # inf, -inf, nan (MLflow's float-max clamp too): never a number
 
 
 def render_score(score: Any, metric: str | None = None) -> str:
@@ -47,9 +48,10 @@ def render_score(score: Any, metric: str | None = None) -> str:
     if score is None:
         return f"{metric}: not logged" if metric else ""
     name = f"{metric} " if metric else ""
-    return (
+    line = (
         f"{name}best {_num(score.best)}@{score.best_step} latest {_num(score.latest)}@{score.step}"
     )
+    return line + (" (diverged: a failure, not a result)" if score.diverged else "")
 
 
 def _duration(job: Any) -> str | None:
@@ -182,7 +184,7 @@ def render_wait(reply: WaitReply) -> str:
     state = "done" if reply.done else "timed out; call again to keep waiting"
     if reply.stalled and not reply.done:
         state = f"{', '.join(reply.stalled)} stalled (its message says where; see get_job)"
-    lines = [f"wait: {state}"]
+    lines = [f"wait: {state}" + (f"; {reply.counts}" if reply.counts else "")]
     for job in reply.jobs:
         what = stall_note(job.message or "", STALL_CHARS)
         lines.append(job_line(job, reply.metric) + (f" ({what})" if what else ""))
@@ -201,8 +203,10 @@ def render_compare(reply: CompareReply) -> str:
         diff = short_config(row.diff, 200) if row.diff else "(same config as the first)"
         line = f"{row.job_id} {row.status}: {diff if row is not reply.rows[0] else 'base'}"
         if reply.metric:
-            latest = row.latest if isinstance(row.latest, float) else None
+            latest = row.latest if not isinstance(row.latest, dict) else None
             line += f"; best {_num(row.best)}@{row.best_step} latest {_num(latest)}@{row.step}"
+            if isinstance(latest, str):  # inf or nan: the run diverged
+                line += " (diverged)"
             if row.at_step is not None:
                 line += f"; at step {row.at_step.step}: {_num(row.at_step.value)}"
             elif reply.at_step is not None:
@@ -213,21 +217,29 @@ def render_compare(reply: CompareReply) -> str:
             line += f"; command {' '.join(row.command)[:200]}"
         if row.code:
             line += f"; code {row.code[:300]}"
+        if row.hardware:  # "CPU (not comparable: CPU vs 1x H100)": the values do not compare
+            line += f"; hardware {row.hardware}"
         lines.append(line)
     return "\n".join(lines + render_groups(reply.groups, reply.metric))
 
 
 def render_batch(reply: BatchReply) -> str:
     """``launched 9 job(s)`` then one line per job: id, status, name."""
-    head = f"{'dry run: would launch' if reply.dry_run else 'launched'} {len(reply.jobs)} job(s)"
-    lines = [head + ("; nothing was launched" if reply.dry_run else "")]
+    if reply.dry_run:
+        head = f"dry run: would launch {len(reply.jobs)} job(s); nothing was launched"
+    else:
+        head = f"{reply.counts or f'{len(reply.jobs)} launched'}; batch_id {reply.batch_id}"
+    lines = [head]
     for job in reply.jobs:
         line = f"{job.job_id} {job.status} {job.name}"
         lines.append(line + (f" ({job.message})" if job.message else ""))
     if reply.message:
         lines.append(reply.message)
     if not reply.dry_run:
-        lines.append('next: wait_for_jobs(job_ids, mode="all", metric=..., group_by="seed")')
+        lines.append(
+            f'next: wait_for_jobs(batch_id="{reply.batch_id}", mode="all", metric=...,'
+            ' group_by="seed")'
+        )
     return "\n".join(lines)
 
 
@@ -238,7 +250,7 @@ def render_groups(groups: list[SeedGroup] | None, metric: str | None) -> list[st
     lines = [f"by seed, {metric}, best mean first:"]
     for g in groups:
         runs = ", ".join(
-            m if v is None else f"{m} {v:.5g}" for m, v in zip(g.members, g.values, strict=True)
+            m if v is None else f"{m} {_num(v)}" for m, v in zip(g.members, g.values, strict=True)
         )
         lines.append(f"{group_line(g.model_dump())} [{runs}]")
     return lines

@@ -22,10 +22,11 @@ class _Reply(BaseModel):
 class MetricScore(_Reply):
     """One metric of one job: its latest value and step, its best and the step of the best."""
 
-    latest: float | None = None
+    latest: float | str | None = None  # "inf" / "-inf" / "nan": a diverged run
     step: int | None = None
-    best: float | None = None
+    best: float | str | None = None
     best_step: int | None = None
+    diverged: bool | None = None  # its latest value is non-finite: a failure, not a result
 
 
 # The fields a job reply's published output schema names (its reply holds the others too, as
@@ -87,7 +88,9 @@ class SeedGroup(_Reply):
     mean: float | None = None
     std: float | None = None
     members: list[str]
-    values: list[float | None]
+    values: list[float | str | None]  # "inf"/"nan": diverged
+    diverged: int = 0  # members whose value is non-finite
+    failed: int = 0  # members that ended without a value
 
 
 class JobPage(_Reply):
@@ -123,6 +126,8 @@ class BatchReply(_Reply):
 
     jobs: list[LaunchedJob]
     dry_run: bool = False
+    batch_id: str | None = None  # list_jobs, wait_for_jobs and cancel_job take it
+    counts: str | None = None  # "8 launched, 1 duplicate(s) of job-..."
     message: str | None = None
 
 
@@ -147,15 +152,19 @@ class LogReply(_Reply):
 class MetricsReply(_Reply):
     job_id: str
     run_id: str | None = None
-    latest: dict[str, float] = Field(default_factory=dict, description="latest value per key")
-    history: dict[str, list[list[float]]] = Field(
+    latest: dict[str, float | str] = Field(
+        default_factory=dict, description="latest value per key (inf/nan as strings)"
+    )
+    history: dict[str, list[list[float | str]]] = Field(
         default_factory=dict, description="{key: [[step, value], ...]}, downsampled"
     )
+    status: str | None = None  # the job's, when it has no points yet
+    note: str | None = None
 
 
 class StepValue(_Reply):
     step: int
-    value: float
+    value: float | str  # "inf"/"nan": non-finite
 
 
 class CompareRow(_Reply):
@@ -170,9 +179,9 @@ class CompareRow(_Reply):
         description="the code difference from the first job, short (files with +/- counts);"
         " the full patch of a job's code: resource air://jobs/{job_id}/code.patch",
     )
-    latest: float | dict[str, float] | None = None
+    latest: float | str | dict[str, float | str] | None = None
     step: int | None = None
-    best: float | None = None
+    best: float | str | None = None
     best_step: int | None = None
     at_step: StepValue | None = None
     hardware: str | None = None  # set when the jobs ran on different hardware classes
@@ -192,6 +201,7 @@ class WaitReply(_Reply):
     jobs: list[JobReply]
     groups: list[SeedGroup] | None = None
     stalled: list[str] | None = None  # the jobs whose stall (since the call began) ended it
+    counts: str | None = None  # over many jobs (a batch): "998 SUCCEEDED, 2 FAILED"
 
 
 class GpuList(_Reply):

@@ -31,7 +31,7 @@ from mcp_server.adapter import describe, error_result, forbid_extra, ok_result
 from mcp_server.render import render_reply, render_wait
 from mcp_server.schemas import StudyReply, WaitReply
 from mcp_server.tools.studies import STUDY_POLL_S, study_look, study_moved, study_waited
-from mcp_server.tools.wait import WaitProgress, wait_check, wait_is_over, wait_reply
+from mcp_server.tools.wait import WaitProgress, batch_ids, wait_check, wait_is_over, wait_reply
 
 MAX_WAITS_PER_SESSION = 64
 MAX_WAITS_IN_ALL = 256
@@ -54,7 +54,7 @@ async def wait_async(
     group_by: str | None = None,
 ) -> WaitReply:
     """Wait until any (or all) of the jobs end, up to ``timeout_s``, without holding a thread."""
-    ids = list(dict.fromkeys(job_ids))
+    ids = await anyio.to_thread.run_sync(batch_ids, client, list(job_ids), limiter=limiter)
     tracker = WaitProgress(len(ids))
     since = time.time()  # a job that stalls after this ends a wait in mode any
     deadline = time.monotonic() + timeout_s

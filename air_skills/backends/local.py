@@ -47,8 +47,16 @@ class LocalBackend:
         self._check_gpus(spec)
         spec = resolve_sandbox(spec, self.runtime.home)  # `on` without one: refused here
         if dry_run:
+            # A key already used for another spec is refused now, as the launch would
+            # (a batch checks every item before queueing any: issue 39.2).
+            held = find_by_idempotency_key(
+                store, spec.idempotency_key, spec.model_dump(mode="json")
+            )
             spec, _ = resolve_image(spec)
-            return self._dry_run_info(spec, self._code(spec, store=False))
+            info = self._dry_run_info(spec, self._code(spec, store=False))
+            if held is not None:
+                info.message += f"; its idempotency key is {held.job_id}'s: that job, none new"
+            return info
         existing = find_by_idempotency_key(
             store, spec.idempotency_key, spec.model_dump(mode="json")
         )  # the same spec: its job; a different one: idempotency-conflict

@@ -18,30 +18,78 @@ class BatchMixin:
         specs: list[dict[str, Any]],
         dry_run: bool = False,
         idempotency_key: str | None = None,
+        batch_id: str | None = None,
     ) -> list[JobInfo]:
         """Launch many jobs as one: every item validated and dry-run checked (executable,
-        script, data, patch) before any is queued; one refused item refuses them all, each
-        problem named. Item n without its own key gets ``idempotency_key#n``. An item whose
-        experiment is queued, running or done (AIR_DEDUP) is not queued: its place holds that
-        job, its message saying DUPLICATE."""
+        script, data, patch, idempotency key) before any is queued; one refused item refuses
+        them all, each problem named. Item n without its own key gets ``idempotency_key#n``.
+        An item whose experiment is queued, running or done (AIR_DEDUP) is not queued: its
+        place holds that job, its message saying DUPLICATE; an item whose key a job holds
+        already is that job (ALREADY LAUNCHED). Each item's job is recorded under
+        ``batch_id`` (made here when None) as it is queued."""
         from air_skills.batch import launch_all
+        from air_skills.runtime.store import batches
 
+        batch = batch_id or batches.new_batch_id()
         return launch_all(
             specs,
             check=lambda spec: self._launch(spec, True, strict=True),
             launch=None if dry_run else self._launch_or_duplicate,
             idempotency_key=idempotency_key,
+            key_used=lambda key: self.store.by_idempotency_key(key) is not None,
+            launched=lambda n, info: batches.add_jobs(self.store, batch, [(n, info.job_id)]),
         )
 
     def _launch_or_duplicate(self, spec: JobSpec | dict[str, Any]) -> JobInfo:
-        """Launch (a batch's item): a duplicate gives the job that already runs it."""
+        """Launch (a batch's item): a duplicate gives the job that already runs it, a used
+        idempotency key the job that holds it."""
+        key = spec.get("idempotency_key") if isinstance(spec, dict) else spec.idempotency_key
+        held = self.store.by_idempotency_key(key) if key else None
         try:
-            return self._launch(spec, False, batch=True)
+            info = self._launch(spec, False, batch=True)
         except AirError as exc:
             if exc.code != "duplicate":
                 raise
             info = self.get(str(exc.context["job_id"]))
             return info.model_copy(update={"message": f"DUPLICATE, not queued: {exc.message}"})
+        if held is not None and held.job_id == info.job_id:
+            note = f"ALREADY LAUNCHED with idempotency key {key!r}, not queued again"
+            return info.model_copy(update={"message": f"{note}; {info.message}"})
+        return info
+
+    def batch_job_ids(self, batch_id: str) -> list[str]:
+        """The jobs of a batch (a launch_jobs call or an `air launch` sweep), in item order."""
+        from air_skills.errors import NotFound
+        from air_skills.runtime.store import batches
+
+        found = batches.job_ids(self.store, batch_id)
+        if not found:
+            raise NotFound(
+                f"no batch {batch_id[:60]!r}",
+                hint="pass the batch_id that launch_jobs or `air launch --seeds/--grid` gave",
+                batch_id=batch_id,
+            )
+        return found
+
+    def cancel_batch(self, batch_id: str, reason: str | None = None) -> list[JobInfo]:
+        """Cancel every queued or running job of a batch: queued ones end at once, running
+        ones are told to stop (SIGTERM, then SIGKILL after the grace period) without waiting
+        here (wait_for_jobs on the batch sees them end); ended ones stay as they are."""
+        from air_skills.backends.info import row_to_info
+        from air_skills.errors import InvalidState
+        from air_skills.runtime.store.batches import IN_BATCH
+
+        self.batch_job_ids(batch_id)  # an unknown batch is refused by name
+        out = []
+        for row in self.store.rows(f"WHERE {IN_BATCH} ORDER BY seq", (batch_id,)):
+            if row.status in ("QUEUED", "RUNNING"):
+                try:
+                    out.append(self.cancel(row.job_id, reason, wait_s=0))
+                    continue
+                except InvalidState:  # it ended meanwhile
+                    row = self._row(row.job_id)
+            out.append(row_to_info(row))
+        return out
 
     def seed_groups(
         self,
@@ -49,13 +97,23 @@ class BatchMixin:
         metric: str,
         direction: Direction = "minimize",
         seed_key: str = "seed",
+        around: list[str] | None = None,
     ) -> list[dict[str, Any]]:
         """The jobs grouped by all but their seed (spec, code, config but ``seed_key``): n,
-        mean and std of the metric's final value over SUCCEEDED members; best mean first."""
-        from air_skills.batch import seed_groups_of
+        mean and std of the metric's final value over SUCCEEDED members (a non-finite value:
+        diverged, counted); best mean first. With ``around``, only the groups of those jobs
+        (each over all of its members among ``job_ids``: only they are scored)."""
+        from air_skills.batch import code_digest, group_key, seed_groups_of
 
         self.reconcile()
-        rows = [self._row(j) for j in dict.fromkeys(job_ids)]
+        rows = [self._row(j) for j in dict.fromkeys([*job_ids, *(around or [])])]
+        if around is not None:
+
+            def key(r: Any) -> str:
+                return group_key(r.spec_dict(), code_digest(r.code), seed_key)
+
+            wanted = {key(r) for r in rows if r.job_id in set(around)}
+            rows = [r for r in rows if key(r) in wanted]
         scores = self.scores([r.job_id for r in rows], metric, direction)
         return seed_groups_of(rows, scores, seed_key, direction)
 

@@ -12,6 +12,7 @@ from air_skills.batch import DEFAULT_SEED_KEY, MAX_ITEMS, expand
 from air_skills.client import Client
 from air_skills.errors import InvalidInput
 from air_skills.models import JobInfo
+from air_skills.runtime.store.batches import new_batch_id
 from mcp_server.schemas import BatchReply, LaunchedJob, SeedGroup
 from mcp_server.wording import mcp_wording
 
@@ -20,7 +21,7 @@ ROUTINE = ("QUEUED", "RUNNING")
 
 GroupBy = Annotated[
     str | None,
-    Field(min_length=1, max_length=200, description='"seed": one row per config: n, mean, std'),
+    Field(min_length=1, max_length=200, description='"seed": n, mean, std per config'),
 ]
 
 
@@ -30,6 +31,10 @@ def launch_jobs(
         list[dict[str, Any]],
         Field(min_length=1, max_length=MAX_ITEMS, description="launch_job arguments each"),
     ],
+    variants: Annotated[
+        list[dict[str, Any]] | None,
+        Field(max_length=MAX_ITEMS, description="over jobs[0]: {config: {...}, patch: ...} each"),
+    ] = None,
     seeds: Annotated[
         list[int | str] | None,
         Field(max_length=MAX_ITEMS, description="one job per seed, in config[seed_key]"),
@@ -46,30 +51,48 @@ def launch_jobs(
         bool | None, Field(description="for every item: run even if the same ran or runs")
     ] = None,
 ) -> BatchReply:
-    """Launch many jobs: jobs=[spec, ...], or one spec with seeds and/or grid. All are checked
-    (executable, script, patch) before any is queued. Then wait_for_jobs(group_by="seed")."""
-    if (seeds or grid) and len(jobs) != 1:
+    """Launch many jobs: a list, or jobs=[base] x variants x seeds (x grid). All are checked
+    before any is queued. The batch_id follows them: wait_for_jobs(batch_id, group_by="seed")."""
+    if variants and len(jobs) != 1:
         raise InvalidInput(
-            f"seeds and grid repeat one spec; jobs holds {len(jobs)}",
-            hint="pass one spec in jobs with seeds/grid, or list every job without them",
+            f"variants apply to one base spec; jobs holds {len(jobs)}",
+            hint="pass jobs=[base] with variants=[{config: {...}}, ...], or no variants",
         )
     specs = [_flat(s) for s in jobs]
     if allow_duplicate is not None:  # an item's own choice first
         specs = [{"allow_duplicate": allow_duplicate, **s} for s in specs]
-    if seeds or grid:
-        specs = expand(specs[0], seeds, seed_key, grid)
-    infos = client.launch_many(specs, dry_run=dry_run, idempotency_key=idempotency_key)
+    if seeds or grid or variants:  # every spec over the variants, grid and seeds
+        flat_variants = [_flat(v) for v in variants or []]
+        specs = [i for s in specs for i in expand(s, seeds, seed_key, grid, flat_variants)]
+    batch_id = new_batch_id()
+    infos = client.launch_many(
+        specs, dry_run=dry_run, idempotency_key=idempotency_key, batch_id=batch_id
+    )
     return BatchReply(
         jobs=[_launched(i) for i in infos],
         dry_run=dry_run,
+        batch_id=None if dry_run else batch_id,
+        counts=None if dry_run else counted(infos),
         message=mcp_wording(infos[0].message) if dry_run and infos else None,
     )
+
+
+def counted(infos: list[JobInfo]) -> str:
+    """``8 launched, 1 duplicate of job-...``: what the call did, item by item."""
+    dup = [i.job_id for i in infos if i.message.startswith("DUPLICATE")]
+    held = [i.job_id for i in infos if i.message.startswith("ALREADY LAUNCHED")]
+    parts = [f"{len(infos) - len(dup) - len(held)} launched"]
+    if dup:
+        parts.append(f"{len(dup)} duplicate(s) of {', '.join(dup[:5])}" + ("..." * (len(dup) > 5)))
+    if held:
+        parts.append(f"{len(held)} already launched with their key ({', '.join(held[:5])})")
+    return ", ".join(parts)
 
 
 def _flat(item: dict[str, Any]) -> dict[str, Any]:
     """A launch_job-style item as JobSpec fields: ``advanced``'s fields inline, config sized."""
     if not isinstance(item, dict):
-        raise InvalidInput("each job is an object of launch_job's arguments", hint="see launch_job")
+        raise InvalidInput("each job and variant is an object", hint="see launch_job's arguments")
     out = {k: v for k, v in item.items() if k not in ("advanced", "dry_run") and v is not None}
     out.update({k: v for k, v in (item.get("advanced") or {}).items() if v is not None})
     config = out.get("config")
@@ -97,9 +120,11 @@ def groups_of(
     metric: str | None,
     direction: str,
     seed_key: str = DEFAULT_SEED_KEY,
+    around: list[str] | None = None,
 ) -> list[SeedGroup]:
-    """The jobs' seed groups by ``metric`` (required: the groups' mean is of it)."""
+    """The jobs' seed groups by ``metric`` (required: the groups' mean is of it); with
+    ``around``, only the groups those jobs are in (each over all its members in job_ids)."""
     if not metric:
         raise InvalidInput("group_by needs a metric", hint="pass metric='val_loss' too")
-    groups = client.seed_groups(job_ids, metric, direction, seed_key)  # type: ignore[arg-type]
+    groups = client.seed_groups(job_ids, metric, direction, seed_key, around)  # type: ignore[arg-type]
     return [SeedGroup(**g) for g in groups]

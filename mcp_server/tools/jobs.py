@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -17,6 +18,8 @@ from pydantic import Field
 from air_skills.client import Client
 from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
 from air_skills.gpu.hardware import hardware_class, not_comparable
+from air_skills.models import JobInfo, Page
+from air_skills.runtime.results.finite import json_value
 from air_skills.runtime.supervision.stall import note as stall_note
 from air_skills.status import JobStatus
 from mcp_server.schemas import (
@@ -63,7 +66,7 @@ def launch_job(
             description='argv, e.g. ["python", "train.py"]; never run by a shell',
         ),
     ],
-    name: Annotated[str | None, Field(max_length=200, description="a short name")] = None,
+    name: Annotated[str | None, Field(max_length=200)] = None,
     workdir: Annotated[
         str | None, Field(max_length=4096, description="default: the server's folder")
     ] = None,
@@ -71,7 +74,7 @@ def launch_job(
     gpus: Annotated[int, Field(ge=0, le=1024, description="GPUs per node")] = 0,
     procs: Annotated[
         int | Literal["gpu"],
-        Field(description="processes per node, a torchrun gang (gpu: one per GPU)"),
+        Field(description="per node: a torchrun gang (gpu: one per GPU)"),
     ] = 1,
     nodes: Annotated[int, Field(ge=1, le=1024, description="nodes (backend ray)")] = 1,
     cpus: Annotated[int | None, Field(ge=1, le=1024, description="thread cap")] = None,
@@ -81,11 +84,11 @@ def launch_job(
     stall_timeout_min: Annotated[float | None, Field(ge=0, description="idle min; 0: off")] = None,
     on_stall: Annotated[
         Literal["fail", "retry", "notify"] | None,
-        Field(description="default: retry a collective wait once, else fail"),
+        Field(description="default: retry once if in a collective, else fail"),
     ] = None,
     env: Annotated[
         dict[str, Annotated[str, Field(max_length=100_000)]] | None,
-        Field(description="environment variables"),
+        Field(),
     ] = None,
     experiment: Annotated[
         str | None, Field(max_length=500, description="MLflow experiment")
@@ -122,8 +125,8 @@ def launch_job(
         bool | None, Field(description="run even if the same ran or runs")
     ] = None,
 ) -> JobReply:
-    """Launch a training job (queued; starts when its GPUs are free). dry_run=true first: it
-    catches a bad spec, a missing executable or script. An idempotency_key makes retries safe."""
+    """Launch a job (queued until its GPUs are free). dry_run=true first catches a bad spec,
+    executable or script; an idempotency_key makes retries safe."""
     if config is not None and _json_size(config) > MAX_CONFIG_BYTES:
         raise InvalidInput(
             f"config is larger than {MAX_CONFIG_BYTES // 1000} KB",
@@ -162,8 +165,8 @@ def launch_job(
 
 
 def get_job(client: Client, job_id: JobId, metric: MetricName = None) -> JobReply:
-    """A job: status, why (failure_kind, message, log tail if it failed), duration, config,
-    run id, next step; with metric, its latest and best value."""
+    """A job: status and why (log tail if it failed), config, run, next step; with metric,
+    its latest and best."""
     try:
         info = client.get(job_id)
         scores = client.scores([job_id], metric) if metric else {}
@@ -175,9 +178,7 @@ def get_job(client: Client, job_id: JobId, metric: MetricName = None) -> JobRepl
 def list_jobs(
     client: Client,
     status: Annotated[StatusName | None, Field(description="only jobs in this status")] = None,
-    experiment: Annotated[
-        str | None, Field(max_length=500, description="only this MLflow experiment's jobs")
-    ] = None,
+    experiment: Annotated[str | None, Field(max_length=500, description="only its jobs")] = None,
     limit: Annotated[int, Field(ge=1, le=100, description="jobs per page")] = 20,
     cursor: Annotated[
         str | None, Field(max_length=40, description="next_cursor of the previous page")
@@ -192,6 +193,7 @@ def list_jobs(
     launched_by: Annotated[
         str | None, Field(max_length=64, description="only this identity's jobs")
     ] = None,
+    batch_id: Annotated[str | None, Field(max_length=60, description="only its jobs")] = None,
 ) -> JobPage:
     """Jobs newest first, one line each; with metric, each one's latest and best value; with
     order_by, a leaderboard (best first)."""
@@ -204,6 +206,42 @@ def list_jobs(
         )
     if order_by is not None and not metric:
         raise InvalidInput("order_by needs a metric", hint="pass metric='val_loss' too")
+    if batch_id is not None:
+        page, every = _batch_page(
+            client, batch_id, status, launched_by, limit, cursor, metric, order_by, direction
+        )
+    else:
+        page, every = _page(
+            client, status, experiment, limit, cursor, metric, order_by, direction, launched_by
+        )
+    page_ids = [j.job_id for j in page.items]
+    scores = client.scores(page_ids, metric, direction) if metric else {}
+    # Seed groups over every job that matches (the batch's, else the filters'), not the page:
+    # a single lucky seed on this page does not top a config whose other seeds are elsewhere.
+    # Without a batch, the groups are those of the page's configs, each over all its runs.
+    groups = None
+    if group_by:
+        around = None if batch_id is not None else page_ids
+        groups = groups_of(client, every(), metric, direction, group_by, around=around)
+    several = len({j.launched_by for j in page.items}) > 1
+    return _job_page(page, scores, groups, several, metric)
+
+
+Pages = tuple[Page[JobInfo], Callable[[], list[str]]]
+
+
+def _page(
+    client: Client,
+    status: str | None,
+    experiment: str | None,
+    limit: int,
+    cursor: str | None,
+    metric: str | None,
+    order_by: str | None,
+    direction: str,
+    launched_by: str | None,
+) -> Pages:
+    """The page the filters give, and how to read every job they match."""
     page = client.list(
         status=status,
         experiment=experiment,
@@ -211,18 +249,81 @@ def list_jobs(
         cursor=cursor,
         metric=metric,
         order_by=order_by,
-        direction=direction,
+        direction=direction,  # type: ignore[arg-type]
         launched_by=launched_by,
     )
-    scores = client.scores([j.job_id for j in page.items], metric, direction) if metric else {}
-    groups = (
-        groups_of(client, [j.job_id for j in page.items], metric, direction, group_by)
-        if group_by
-        else None
+    return page, lambda: matching_job_ids(client, status, experiment, launched_by)
+
+
+def matching_job_ids(
+    client: Client, status: str | None, experiment: str | None, launched_by: str | None
+) -> list[str]:
+    """Every job id the filters match, newest first (for seed groups over all of them).
+    A hook for the results index (issue 41.1): it may answer this from its own table."""
+    rows = client.store.page_rows(
+        status=status, experiment=experiment, launched_by=launched_by, limit=GROUPS_POOL
     )
+    return [r.job_id for r in rows]
+
+
+GROUPS_POOL = 5_000  # seed groups read at most this many matching jobs
+
+
+def _batch_page(
+    client: Client,
+    batch_id: str,
+    status: str | None,
+    launched_by: str | None,
+    limit: int,
+    cursor: str | None,
+    metric: str | None,
+    order_by: str | None,
+    direction: str,
+) -> Pages:
+    """A batch's jobs as a page (item order, or ranked by the metric: non-finite last); the
+    cursor is the place of the page's first job."""
+    from air_skills.backends.info import row_to_info
+    from air_skills.runtime.results.finite import finite_or_none
+    from air_skills.runtime.store.batches import IN_BATCH
+
+    order = {j: n for n, j in enumerate(client.batch_job_ids(batch_id))}  # unknown: refused
+    client.reconcile()
+
+    infos = [row_to_info(r) for r in client.store.rows(f"WHERE {IN_BATCH}", (batch_id,))]
+    infos = [
+        i
+        for i in infos
+        if (status is None or i.status.value == status)
+        and (launched_by is None or i.launched_by == launched_by)
+    ]
+    infos.sort(key=lambda i: order.get(i.job_id, 0))
+    if order_by and metric:
+        got = client.scores([i.job_id for i in infos], metric, direction)
+        sign = 1 if direction == "minimize" else -1
+
+        def rank(info: JobInfo) -> tuple[int, float]:
+            value = finite_or_none((got.get(info.job_id) or {}).get(order_by))
+            return (1, 0.0) if value is None else (0, sign * value)
+
+        infos.sort(key=rank)
+    start = int(cursor) if cursor else 0
+    shown = infos[start : start + limit]
+    more = start + limit < len(infos)
+    page = Page[JobInfo](
+        items=shown, next_cursor=str(start + limit) if more else None, total=len(infos)
+    )
+    return page, lambda: [i.job_id for i in infos]
+
+
+def _job_page(
+    page: Page[JobInfo],
+    scores: dict[str, Any],
+    groups: list[Any] | None,
+    several: bool,
+    metric: str | None,
+) -> JobPage:
     # Who launched each job, where the page holds more than one launcher (the shared board);
     # a page of one launcher's jobs says nothing 50 times over.
-    several = len({j.launched_by for j in page.items}) > 1
     return JobPage(
         groups=groups,
         items=[
@@ -270,8 +371,22 @@ def get_metrics(
         exc.hint = f"read its printed summary with get_logs (job_id={job_id})"
         raise
     latest = metrics.latest if not keys else {k: metrics.latest[k] for k in keys}
+    status = note = None
+    if not latest:  # nothing logged yet: say what the job is doing, not an empty map
+        info = client.get(job_id)
+        status = shown_status(info)
+        note = (
+            f"no metric logged yet ({status}); call again later or wait_for_jobs"
+            if not info.status.is_terminal()
+            else f"the job ended {status} without logging a metric; read get_logs"
+        )
     return MetricsReply(
-        job_id=metrics.job_id, run_id=metrics.run_id, latest=latest, history=metrics.history
+        job_id=metrics.job_id,
+        run_id=metrics.run_id,
+        latest={k: json_value(v) for k, v in latest.items()},
+        history={k: [[s, json_value(v)] for s, v in h] for k, h in metrics.history.items()},
+        status=status,
+        note=note,
     )
 
 
@@ -286,7 +401,7 @@ def compare_jobs(
     ] = None,
     at_step: Annotated[
         int | None,
-        Field(ge=0, description="also each job's value at this step (or the last before)"),
+        Field(ge=0, description="also the value at this step (or the last before)"),
     ] = None,
     direction: Direction = "minimize",
     group_by: GroupBy = None,
@@ -304,6 +419,16 @@ def compare_jobs(
             row["code"] = client.code.short_diff(rows[0]["job_id"], row["job_id"])
         except AirError as exc:  # a snapshot gone (air gc): the rest of the comparison stands
             row["code"] = exc.message
+    for row in rows:  # inf, nan, MLflow's float-max clamp: shown as such, never a number
+        for k in ("latest", "best"):
+            value = row.get(k)
+            if isinstance(value, dict):
+                row[k] = {m: json_value(v) for m, v in value.items()}
+            elif value is not None:
+                row[k] = json_value(value)
+        at = row.get("at_step")
+        if isinstance(at, dict) and at.get("value") is not None:
+            at["value"] = json_value(at["value"])
     groups = groups_of(client, list(job_ids), metric, direction, group_by) if group_by else None
     return CompareReply(
         metric=metric, at_step=at_step, rows=[CompareRow(**r) for r in rows], groups=groups
@@ -315,8 +440,12 @@ def cancel_job(
     job_id: JobId,
     reason: Annotated[str | None, Field(max_length=500, description="why, for the record")] = None,
 ) -> JobReply:
-    """Cancel a queued or running job (SIGTERM, then SIGKILL). Idempotent; a job that ended
-    otherwise (SUCCEEDED, FAILED, TIMED_OUT) is an error."""
+    """Cancel a queued or running job, or a batch_id's (SIGTERM, then SIGKILL). Idempotent;
+    a job that ended otherwise (SUCCEEDED, FAILED, TIMED_OUT) is an error."""
+    from air_skills.runtime.store.batches import is_batch_id
+
+    if is_batch_id(job_id):
+        return _cancel_batch(client, job_id, reason)
     try:
         return job_reply(client, client.cancel(job_id, reason=reason))
     except NotFound as exc:
@@ -329,8 +458,27 @@ def cancel_job(
         raise
 
 
+def _cancel_batch(client: Client, batch_id: str, reason: str | None) -> JobReply:
+    """A batch's cancel as one reply: what each of its jobs is now, counted."""
+    from collections import Counter
+    from datetime import UTC, datetime
+
+    infos = client.cancel_batch(batch_id, reason=reason)
+    counts = Counter(i.status.value for i in infos)
+    said = ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    live = counts.get("RUNNING", 0)
+    return JobReply(
+        job_id=batch_id,
+        name=f"batch of {len(infos)} job(s)",
+        status="CANCELLED" if not live else "RUNNING",
+        message=f"now: {said}"
+        + (f"; {live} running told to stop (wait_for_jobs on the batch)" if live else ""),
+        created_at=min((i.created_at for i in infos), default=datetime.now(UTC)),
+    )
+
+
 def list_gpus(client: Client) -> GpuList:
-    """This machine's GPUs (index, name, memory, health, cordon and why, the jobs on each),
-    capacity: CPU slots and GPUs, total, used, queued; notes: excluded Slurm nodes."""
+    """GPUs (health, cordons and why, jobs on each), CPU-slot and GPU capacity (used,
+    queued), excluded Slurm nodes."""
     notes = client.excluded_nodes()
     return GpuList(gpus=client.gpus(), capacity=client.capacity(), notes=notes or None)

@@ -12,7 +12,7 @@ JobId = Annotated[
 ]
 JobIds = Annotated[
     list[Annotated[str, Field(max_length=200)]],
-    Field(min_length=1, max_length=100, description="job ids"),
+    Field(min_length=1, max_length=100, description="job ids or a batch_id"),
 ]
 ShortText = Annotated[str, Field(max_length=500)]
 Arg = Annotated[str, Field(max_length=100_000)]

@@ -8,6 +8,7 @@ from air_skills.client import Client
 from air_skills.errors import AirError
 from air_skills.gpu.hardware import hardware_class
 from air_skills.models import JobInfo
+from air_skills.runtime.results.finite import is_finite_value, json_value
 from air_skills.status import JobStatus
 from mcp_server.render import clean_output
 from mcp_server.schemas import JobReply, MetricScore
@@ -48,9 +49,14 @@ def job_config(client: Client, job_id: str) -> dict[str, Any] | None:
 
 
 def to_score(score: dict[str, Any] | None) -> MetricScore | None:
+    """A job's metric as replies show it: non-finite values (inf, nan, MLflow's float-max
+    clamp) as "inf"/"-inf"/"nan" strings, and such a latest value marks the run diverged."""
     if not score:
         return None
-    return MetricScore(**{k: score.get(k) for k in ("latest", "step", "best", "best_step")})
+    fields = {k: json_value(score.get(k)) for k in ("latest", "step", "best", "best_step")}
+    latest = score.get("latest")
+    diverged = latest is not None and not is_finite_value(latest)
+    return MetricScore(**fields, diverged=diverged or None)
 
 
 def job_reply(client: Client, info: JobInfo, score: dict[str, Any] | None = None) -> JobReply:

@@ -20,7 +20,7 @@ from mcp_server.schemas import StudyReply
 
 StudyDir = Annotated[
     str,
-    Field(max_length=4096, description="the study folder (study_dir) or the study's name"),
+    Field(max_length=4096, description="its name, folder or file"),
 ]
 PriorJobs = Annotated[
     list[Annotated[str, Field(max_length=200)]] | None,
@@ -81,7 +81,7 @@ def start_study(
         str | None,
         Field(
             max_length=4096,
-            description="a study YAML file (or study folder); its relative workdir starts there",
+            description="a study file or folder (a relative workdir starts there)",
         ),
     ] = None,
     study: Annotated[
@@ -98,9 +98,8 @@ def start_study(
         str | None, Field(max_length=200, description="a job whose code and config are the base")
     ] = None,
 ) -> StudyReply:
-    """Start a study in the background (trials within its budgets). Keys: name, command,
-    search_space, objective, budget, base_config, noise, code (files the LLM may patch);
-    all in resource air://docs/study."""
+    """Start a study in the background. Keys: name, command, search_space, objective,
+    budget, base_config, noise, code: resource air://docs/study."""
     if (study_file is None) == (study is None):
         raise InvalidInput(
             "give exactly one of study_file and study",
@@ -172,9 +171,8 @@ def suggest_trials(
     n: Annotated[int, Field(ge=1, le=32, description="how many trials to propose")] = 1,
     prior_jobs: PriorJobs = None,
 ) -> StudyReply:
-    """The study's proposer's next n config diffs (with why; in a code study, patches on a
-    parent trial), not run: launch the ones you like with launch_job. An LLM proposer spends
-    the study's llm_usd. Trials handed out are claimed for a while: other agents get others."""
+    """The proposer's next n trials (config diffs or patches, with why), not run: launch
+    those you like. Spends llm_usd; trials handed out are claimed a while (not given twice)."""
     extra = {"prior_jobs": list(prior_jobs)} if prior_jobs else {}
     return _study_call(
         "suggest_trials", study, n=n, claimed_by=client.launcher(), home=str(client.home), **extra
@@ -185,11 +183,9 @@ def stop_study(
     client: Client,
     study: StudyDir,
     reason: Annotated[str | None, Field(max_length=500, description="why, for the record")] = None,
-    cancel_running: Annotated[
-        bool, Field(description="also cancel the study's running trials")
-    ] = True,
+    cancel_running: Annotated[bool, Field(description="also cancel its running trials")] = True,
 ) -> StudyReply:
-    """Stop a running study (and its running trials); the journal is kept: it can be resumed."""
+    """Stop a study (and its running trials); its journal is kept for a resume."""
     kwargs: dict[str, Any] = {"cancel_running": cancel_running}
     if reason and "reason" in inspect.signature(_study_api().stop_study).parameters:
         kwargs["reason"] = reason

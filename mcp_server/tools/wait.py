@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Annotated, Literal
 
@@ -55,6 +56,20 @@ class WaitProgress:
         return ended, self.total, ", ".join(f"{n} {s}" for s, n in counts.items())
 
 
+MANY = 20  # a wait over more jobs lists only those that did not succeed, and counts them all
+
+
+def batch_ids(client: Client, ids: list[str]) -> list[str]:
+    """The job ids, each batch id (``batch-...``, from launch_jobs or `air launch`) in its
+    place replaced by its jobs."""
+    from air_skills.runtime.store.batches import is_batch_id
+
+    out: list[str] = []
+    for one in ids:
+        out.extend(client.batch_job_ids(one) if is_batch_id(one) else [one])
+    return list(dict.fromkeys(out))
+
+
 def wait_is_over(infos: list[JobInfo], mode: str) -> bool:
     """Whether any (mode "any") or all of the jobs have ended."""
     ended = [i.status.is_terminal() for i in infos]
@@ -95,10 +110,18 @@ def wait_reply(
     ``group_by``, seed groups, and only the jobs that did not succeed (the groups hold those)."""
     done = wait_is_over(infos, mode)
     groups = None
+    counts = None
+    if len(infos) > MANY:  # a batch: its counts, and the jobs that did not succeed
+        counts = ", ".join(
+            f"{n} {s}" for s, n in Counter(i.status.value for i in infos).most_common()
+        )
     if group_by:
         ids = [i.job_id for i in infos]
         groups = groups_of(client, ids, metric, direction, group_by)
+    if group_by or counts:
         infos = [i for i in infos if i.status != JobStatus.SUCCEEDED]
+    if counts:
+        infos = [i for i in infos if i.status.is_terminal()][:MANY]
     scores = (
         client.scores([i.job_id for i in infos], metric, direction)  # type: ignore[arg-type]
         if metric
@@ -110,7 +133,13 @@ def wait_reply(
         jobs = [j.model_copy(update=dict.fromkeys(LEADERBOARD_DROPS)) for j in jobs]
     over = done or bool(stalled)  # a stall ends a wait in mode any: not a timeout
     return WaitReply(
-        done=done, timed_out=not over, jobs=jobs, metric=metric, groups=groups, stalled=stalled
+        done=done,
+        timed_out=not over,
+        jobs=jobs,
+        metric=metric,
+        groups=groups,
+        stalled=stalled,
+        counts=counts,
     )
 
 
@@ -130,12 +159,12 @@ def wait_for_jobs(
     on_progress: ProgressFn | None = None,
     stop: threading.Event | None = None,
 ) -> WaitReply:
-    """Wait until any (or all) jobs end, or one stalls, up to timeout_s (timed_out=true: call
-    again); with metric, each job's latest and best value: wait, then decide, in one call."""
+    """Wait until any (or all) jobs end or one stalls, up to timeout_s (timed_out: call
+    again); with metric, each one's latest and best: wait and decide in one call."""
     # (on_progress gets (ended, total, message) when a status changes, and every few seconds;
     # setting `stop` ends the wait with WaitAborted: the caller went away. The MCP server runs
     # the async twin in mcp_server.waiting instead, which holds no thread while it waits.)
-    ids = list(dict.fromkeys(job_ids))
+    ids = batch_ids(client, list(job_ids))
     tracker = WaitProgress(len(ids))
 
     def progress(infos: list[JobInfo]) -> None:

@@ -136,11 +136,20 @@ CREATE TABLE IF NOT EXISTS trial_claims (
     expires_at REAL NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS trial_claims_key ON trial_claims(study, trial_key);
+-- The jobs of one launch_jobs call or `air launch` sweep (store/batches.py): a batch id that
+-- list_jobs, wait_for_jobs and cancel_job take. A job may be in several (a duplicate's job).
+CREATE TABLE IF NOT EXISTS batch_jobs (
+    batch_id TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    item INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS batch_jobs_key ON batch_jobs(batch_id, job_id);
+CREATE INDEX IF NOT EXISTS batch_jobs_job ON batch_jobs(job_id);
 """
 
 
 RUN_KEYS_SINCE = 9  # the version that added jobs.run_key (store/dedup.py)
-SCHEMA_VERSION = 12  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 13  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

@@ -41,7 +41,7 @@ async def test_one_call_launches_configs_times_seeds_and_the_wait_ranks_by_mean(
             "r1 lr=0.1 seed=0",
             "r1 lr=0.1 seed=1",
         ]
-        assert "launched 4 job(s)" in launched.content[0].text
+        assert launched.content[0].text.startswith("4 launched; batch_id batch-")
         ids = [j["job_id"] for j in jobs]
         again = await mcp.call_tool(
             "launch_jobs",
@@ -107,7 +107,7 @@ async def test_dry_run_checks_every_item_and_launches_nothing(server, tmp_path: 
         reply = dry.structured_content
         assert reply["dry_run"] and [j["job_id"] for j in reply["jobs"]] == ["dry-run"] * 3
         assert "DRY RUN" in reply["message"] and "nothing was launched" in dry.content[0].text
-        both = await mcp.call_tool("launch_jobs", {"jobs": [spec, spec], "seeds": [1]})
-        assert both.is_error and "seeds and grid repeat one spec" in both.content[0].text
+        both = await mcp.call_tool("launch_jobs", {"jobs": [spec, spec], "variants": [{}]})
+        assert both.is_error and "variants apply to one base spec" in both.content[0].text
         listed = await mcp.call_tool("list_jobs", {})
         assert listed.structured_content["items"] == []
