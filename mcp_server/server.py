@@ -111,17 +111,37 @@ class AirMCPServer(MCPServer):
         except UnexpectedToolError as exc:
             cause = exc.__cause__
             log.error("tool %s crashed", name, exc_info=cause)
-            return error_result(
-                AirError(
-                    f"{name} failed unexpectedly ({type(cause).__name__})",
-                    code="internal-error",
-                    hint="retry once; if it fails again, read air-mcp's log (stderr) and report it",
-                )
-            )
+            return error_result(internal_error(name, cause, arguments))
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
                 return error_result(bad_arguments(name, exc.__cause__, self.tool_params[name]))
             raise
+
+
+def internal_error(tool: str, cause: BaseException | None, arguments: dict[str, Any]) -> AirError:
+    """What failed in the call, in words an agent can act on: the exception and its message,
+    where in air it was raised (module.function), and which of the call's arguments it
+    may try without (issue 39.10: "read air-mcp's log" points at what an agent cannot see)."""
+    kind = type(cause).__name__ if cause is not None else "error"
+    text = str(cause or "").strip().splitlines()[0][:200] if str(cause or "").strip() else ""
+    where = ""
+    tb = cause.__traceback__ if cause is not None else None
+    while tb is not None:  # the innermost frame of air's own code
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module.split(".")[0] in ("air_skills", "autoresearch", "mcp_server"):
+            where = f"{module}.{tb.tb_frame.f_code.co_name}"
+        tb = tb.tb_next
+    given = ", ".join(k for k, v in arguments.items() if v not in (None, False, [], {}))
+    optional = [
+        k for k in ("group_by", "metric", "order_by", "at_step", "history") if k in arguments
+    ]
+    hint = (
+        f"the call failed inside air, not because of its arguments ({given or 'none'});"
+        + (f" try it without {', '.join(optional)}, or" if optional else "")
+        + " call it again once; if it fails the same, report this message"
+    )
+    message = f"{tool} failed: {kind}" + (f": {text}" if text else "")
+    return AirError(message + (f" (in {where})" if where else ""), code="internal-error", hint=hint)
 
 
 WARM_UP = "air-mcp-warm-up"  # the warm-up thread's name (a benchmark waits for it)
