@@ -387,7 +387,7 @@ def demo(
         from autoresearch.web.serve import BackgroundPage
 
         page = BackgroundPage([Path(folder)])  # the live study page while the demo runs
-        log(f"watch it live: {page.url}studies/{study['name']}")
+        log(f"watch it live: {page.url('studies/' + study['name'])}")
     try:
         result = run_study(study, folder, log=log)
     finally:

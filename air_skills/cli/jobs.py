@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Optional
 
@@ -312,34 +311,23 @@ def ui(
     port: int = typer.Option(5000, "--port", help="the port on 127.0.0.1"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Serve the MLflow UI on the default store, on 127.0.0.1."""
-    import subprocess
-
+    """Serve the MLflow UI on the default store, on 127.0.0.1, behind a token made per run
+    (printed in the URL: jobs share loopback, and MLflow alone lets anyone rewrite runs)."""
     check_range("--port", port, 1, 65535)
     from air_skills.tracking.mlflow import tracking_uri
+    from air_skills.tracking.ui_server import serve_ui
 
-    uri = tracking_uri(client().home)
-    url = f"http://127.0.0.1:{port}"
+    home = client().home
+    uri = tracking_uri(home)
     # studies have their own live page (autoresearch/web), linking each trial to this UI
-    studies = "autoresearch serve [STUDY_DIR ...]  (http://127.0.0.1:8765)"
-    if as_json:
-        emit_json({"url": url, "tracking_uri": uri, "study_page": studies})
-    else:
-        say(out, Text.assemble(f"MLflow UI for {uri} at ", (url, "bold"), " (Ctrl-C to stop)"))
-        say(out, Text(f"live study pages: {studies}"))
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    argv = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
-    raise typer.Exit(subprocess.call(argv, env=env))
+    studies = "autoresearch serve [STUDY_DIR ...]  (prints its own URL with a token)"
+
+    def announce(url: str) -> None:
+        if as_json:
+            emit_json({"url": url, "tracking_uri": uri, "study_page": studies})
+            sys.stdout.flush()
+        else:
+            say(out, Text.assemble(f"MLflow UI for {uri} at ", (url, "bold"), " (Ctrl-C to stop)"))
+            say(out, Text(f"live study pages: {studies}"))
+
+    serve_ui(uri, home / "mlartifacts", "127.0.0.1", port, announce)

@@ -1,45 +1,30 @@
 """The study page's Starlette app: the page, the JSON API under /api/, and the token guard.
 
-Read-only but for ``POST /api/studies/{key}/stop``, which needs the token on every address.
-Beyond loopback every request needs it: ``Authorization: Bearer TOKEN``, or ``?token=`` once
-(the reply then sets an HttpOnly cookie, so the page's own requests carry it).
+Every request needs a token, on loopback too (``air_skills.web_guard``): the page's own,
+made per server process and printed in its URL, or the owner's (AIR_MCP_TOKEN).
+``Authorization: Bearer TOKEN``, or ``?token=`` once (the reply then sets an HttpOnly cookie,
+so the page's own requests carry it). Read-only but for ``POST /api/studies/{key}/stop``: on
+only where the owner's token exists, and refused from any other origin.
 """
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
-from http.cookies import SimpleCookie
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from air_skills.errors import AirError, InvalidState, NotFound, render_json
+from air_skills.web_guard import TokenGuard
 from autoresearch.web.data import StudyIndex
 from autoresearch.web.events import study_events
 from autoresearch.web.gz import Replies
 from autoresearch.web.page import page_html
-
-COOKIE = "air_study_token"
-LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and localhost."""
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -51,79 +36,15 @@ def _error(exc: AirError, status: int) -> Response:
     return Response(render_json(exc), status, media_type="application/json")
 
 
-class TokenGuard:
-    """Checks Host (loopback binds: loopback names only, against DNS rebinding) and the token."""
-
-    def __init__(self, app: ASGIApp, *, token: str | None, bind_host: str) -> None:
-        self.app = app
-        self._token = token.encode() if token else None
-        self.reads_need_token = not is_loopback(bind_host)
-        self.loopback = is_loopback(bind_host)
-
-    def token_ok(self, headers: Headers, query: str) -> tuple[bool, bool]:
-        """(the request carries the token, it came in the query string)."""
-        if self._token is None:
-            return False, False
-        scheme, _, given = (headers.get("authorization") or "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._token):
-            return True, False
-        cookie = SimpleCookie(headers.get("cookie") or "")
-        if COOKIE in cookie and hmac.compare_digest(cookie[COOKIE].value.encode(), self._token):
-            return True, False
-        for pair in query.split("&"):
-            name, _, value = pair.partition("=")
-            if name == "token" and hmac.compare_digest(value.encode(), self._token):
-                return True, True
-        return False, False
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        host = (headers.get("host") or "").rsplit(":", 1)[0].strip("[]").lower()
-        if self.loopback and host not in LOOPBACK_NAMES:
-            await _refuse(send, 421, "Host not allowed: open the page on 127.0.0.1")
-            return
-        ok, from_query = self.token_ok(headers, scope.get("query_string", b"").decode("latin-1"))
-        scope.setdefault("state", {})["token_ok"] = ok
-        if self.reads_need_token and not ok:
-            await _refuse(
-                send,
-                401,
-                "this page needs its token: open it with ?token=TOKEN"
-                " (AIR_MCP_TOKEN of the server) or send Authorization: Bearer TOKEN",
-            )
-            return
-        if not from_query or self._token is None:
-            await self.app(scope, receive, send)
-            return
-        cookie = f"{COOKIE}={self._token.decode()}; HttpOnly; SameSite=Strict; Path=/"
-
-        async def send_with_cookie(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", []).append((b"set-cookie", cookie.encode()))
-            await send(message)
-
-        await self.app(scope, receive, send_with_cookie)
-
-
-async def _refuse(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"error": {"code": "forbidden", "message": message}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "127.0.0.1"):
-    """The ASGI app serving ``index``'s studies (``token``: the stop action's, and every
-    request's beyond loopback)."""
-    can_stop = token is not None
+def build_app(
+    index: StudyIndex,
+    *,
+    tokens: Sequence[str],
+    can_stop: bool = False,
+    bind_host: str = "127.0.0.1",
+):
+    """The ASGI app serving ``index``'s studies to requests that carry one of ``tokens``
+    (``can_stop``: the stop action is on)."""
     replies = Replies()  # made and gzipped once per version
 
     def page(request: Request) -> Response:
@@ -185,7 +106,7 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
     async def stop(request: Request) -> Response:
         if not can_stop:
             exc = InvalidState(
-                "this server was started without a token: stopping is off",
+                "this server was started without the owner's token: stopping is off",
                 hint="restart `autoresearch serve` with AIR_MCP_TOKEN set",
             )
             return _error(exc, 403)
@@ -215,7 +136,8 @@ def build_app(index: StudyIndex, *, token: str | None = None, bind_host: str = "
         Route("/api/studies/{key}/trials/{n:int}/patch", patch),
         Route("/api/studies/{key}/stop", stop, methods=["POST"]),
     ]
-    return TokenGuard(Starlette(routes=routes), token=token, bind_host=bind_host)
+    how_to = "open the URL `autoresearch serve` printed (it carries ?token=...)"
+    return TokenGuard(Starlette(routes=routes), tokens=tokens, bind_host=bind_host, how_to=how_to)
 
 
 def _missing(key: str) -> NotFound:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import InvalidInput
-from autoresearch.web.app import build_app, is_loopback
+from air_skills.web_guard import is_loopback, new_token
+from autoresearch.web.app import build_app
 from autoresearch.web.data import StudyIndex, study_view
 from autoresearch.web.page import page_html
 
@@ -62,14 +63,18 @@ def serve(
     import uvicorn
 
     token, source = server_token(host)
+    # the page's own token, made here and printed in its URL: the owner's token is accepted
+    # too but never printed
+    page_token = new_token()
     index = StudyIndex(list(roots), mlflow_url=mlflow_url)  # none: the defaults, each time
-    app = build_app(index, token=token, bind_host=host)
+    tokens = [page_token, token] if token else [page_token]
+    app = build_app(index, tokens=tokens, can_stop=token is not None, bind_host=host)
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/"
+    url = f"http://{shown}:{port}/?token={page_token}"
     where = ", ".join(str(r) for r in roots) or "./studies, AIR_HOME/studies and the registry"
     announce(f"study page: {url} (studies under {where}; Ctrl-C to stop)")
     if token:
-        announce(f"token: {source} (open the page with ?token=..., or send it as a bearer)")
+        announce(f"also accepted: {source} (as ?token=... or Authorization: Bearer); stop is on")
     # access_log off: a ?token= query must never reach a log line
     # an open event stream does not hold the server up on Ctrl-C for longer than that
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
@@ -78,7 +83,7 @@ def serve(
 
 class BackgroundPage:
     """The study page served from a thread of this process (``autoresearch demo``): ``url``
-    while it runs; ``stop()`` ends it. Loopback only, no token (read-only, no stop action)."""
+    (with its token) while it runs; ``stop()`` ends it. Loopback only, read-only."""
 
     def __init__(self, roots: list[Path], port: int = 8765, tries: int = 20) -> None:
         import socket
@@ -87,7 +92,8 @@ class BackgroundPage:
         import uvicorn
 
         index = StudyIndex(roots)
-        app = build_app(index, token=None, bind_host="127.0.0.1")
+        self.token = new_token()
+        app = build_app(index, tokens=[self.token], bind_host="127.0.0.1")
         for candidate in range(port, port + tries):  # the next free port when one is taken
             sock = socket.socket()
             try:
@@ -102,7 +108,7 @@ class BackgroundPage:
             app, log_level="warning", access_log=False, timeout_graceful_shutdown=SHUTDOWN_S
         )
         self.server = uvicorn.Server(config)
-        self.url = f"http://127.0.0.1:{candidate}/"
+        self.base = f"http://127.0.0.1:{candidate}/"
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [sock]}, daemon=True, name="study-page"
         )
@@ -111,6 +117,10 @@ class BackgroundPage:
         deadline = time.monotonic() + 10.0
         while not self.server.started and self._thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
+
+    def url(self, path: str = "") -> str:
+        """The page at ``path`` (e.g. ``studies/NAME``), with the token that opens it."""
+        return f"{self.base}{path}?token={self.token}"
 
     def stop(self) -> None:
         self.server.should_exit = True

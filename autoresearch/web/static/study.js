@@ -7,6 +7,7 @@
   const POLL_MS = 1000;
   const ui = { sort: "n", asc: true, filter: "", status: "", selected: null, version: null, scrollTop: 0 };
   let current = null;
+  if (/[?&]token=/.test(location.search)) history.replaceState(null, "", location.pathname);
 
   const esc = (s) => String(s == null ? "" : s).replace(/[&<>"']/g,
     (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));

@@ -253,7 +253,17 @@ def test_compare_jobs(client: Client) -> None:
 
 
 @pytest.mark.slow
-def test_air_ui_serves_the_run(client: Client) -> None:
+def test_air_ui_serves_the_run_to_its_token_only_and_ends_on_sigterm(client: Client) -> None:
+    """Issue 37.16: jobs share loopback, so the UI needs the token printed in its URL, and a
+    state change from another origin is refused; it listens on loopback only (37.14); SIGTERM
+    ends it with nothing left serving (issue 38: its MLflow server outlived it)."""
+    import re
+    import signal
+    import threading
+    import urllib.error
+
+    from listening import beyond_loopback, process_tree
+
     info = launch_and_wait(client, [PY, "-c", "print('---'); print('val_loss: 0.5')"])
     port = free_port()
     air = str(Path(PY).parent / "air")
@@ -264,22 +274,55 @@ def test_air_ui_serves_the_run(client: Client) -> None:
         text=True,
         start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/get?run_id={info.run_id}"
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True).start()
+    base = f"http://127.0.0.1:{port}"
+    url = f"{base}/api/2.0/mlflow/runs/get?run_id={info.run_id}"
+
+    def call(url: str, method: str = "GET", **headers: str) -> tuple[int, bytes]:
+        req = urllib.request.Request(url, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def token() -> str | None:
+        assert proc.poll() is None, "air ui exited"
+        found = re.search(rf"http://127\.0\.0\.1:{port}/\?token=(\S+)", "".join(lines))
+        return found.group(1) if found else None
 
     def served() -> bytes | None:
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return resp.read()
+            status, body = call(url, Authorization=f"Bearer {secret}")
         except OSError:
             assert proc.poll() is None, "air ui exited"
             return None
+        # the summary metric may land a moment after the job's end is recorded
+        return body if status == 200 and b'"val_loss"' in body else None
 
     try:
+        secret = wait_until(token, timeout_s=120, every_s=0.2)
         body = json.loads(wait_until(served, timeout_s=120, every_s=0.3))
         assert body["run"]["data"]["metrics"][0]["key"] == "val_loss"
+        assert call(url)[0] == 401  # what a job on loopback gets
+        assert call(url, Authorization="Bearer wrong")[0] == 401
+        assert call(url + f"&token={secret}")[0] == 200  # the printed URL opens it
+        delete = f"{base}/api/2.0/mlflow/runs/delete"
+        evil = {"Origin": "http://127.0.0.1:1", "Content-Type": "application/json"}
+        status, _ = call(delete, "POST", Authorization=f"Bearer {secret}", **evil)
+        assert status == 403
+        assert json.loads(served() or b"{}")["run"]["info"]["lifecycle_stage"] == "active"
+        assert not beyond_loopback(process_tree(proc.pid))
+        tree = process_tree(proc.pid)
+        proc.send_signal(signal.SIGTERM)  # air's own pid, not its group
+        proc.wait(timeout=60)
+        with pytest.raises(OSError):
+            call(url, Authorization=f"Bearer {secret}")
+        assert not [p for p in tree if Path(f"/proc/{p}").exists()], "left running"
     finally:
-        os.killpg(proc.pid, 9)
-        proc.wait()
-    printed = proc.stdout.read()
-    assert f"http://127.0.0.1:{port}" in printed
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    printed = "".join(lines)
     assert "live study pages: autoresearch serve" in printed  # issue 27: the link to them

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import free_port
 from synthetic_study import write_journal
-from web_helpers import get_json, http, serving
+from web_helpers import TOKENS, get_json, http, serving, with_token
 
 pytestmark = pytest.mark.slow
 
@@ -91,11 +91,11 @@ def test_beyond_loopback_the_server_needs_a_token(studies: Path, monkeypatch) ->
     assert "[invalid-input]" in done.stderr and "AIR_MCP_TOKEN" in done.stderr
 
     with serving(studies, host="0.0.0.0", env={"AIR_MCP_TOKEN": "s3cret-token"}) as base:
-        assert http(base + "/api/studies")[0] == 401
+        assert http(base + "/api/studies", auth=False)[0] == 401
         assert http(base + "/api/studies", headers={"Authorization": "Bearer wrong"})[0] == 401
         ok = {"Authorization": "Bearer s3cret-token"}
         assert get_json(base + "/api/studies", headers=ok)[0] == 200
-        status, headers, _ = http(base + "/studies/alpha?token=s3cret-token")
+        status, headers, _ = http(base + "/studies/alpha?token=s3cret-token", auth=False)
         assert status == 200 and "HttpOnly" in headers["set-cookie"]
         cookie = headers["set-cookie"].split(";")[0]
         assert http(base + "/api/studies/alpha", headers={"Cookie": cookie})[0] == 200
@@ -103,19 +103,70 @@ def test_beyond_loopback_the_server_needs_a_token(studies: Path, monkeypatch) ->
 
 def test_stop_needs_the_token_and_stops_the_study(studies: Path, study_home: Path) -> None:
     url = "/api/studies/beta/stop"
-    with serving(studies) as base:  # no token: stopping is off
+    with serving(studies) as base:  # no owner's token: stopping is off
         status, err = get_json_post(base + url)
         assert status == 403 and err["error"]["code"] == "invalid-state"
     with serving(studies, env={"AIR_MCP_TOKEN": "tok"}) as base:
-        assert get_json_post(base + url)[0] == 401
+        assert get_json_post(base + url, auth=False)[0] == 401
         status, body = get_json_post(base + url, {"Authorization": "Bearer tok"})
         assert status == 200 and body["state"] == "finished"
         assert body["stop_reason"] == "stop-request"
         assert get_json(base + "/api/studies/beta")[1]["stop_reason"] == "stop-request"
 
 
-def get_json_post(url: str, headers: dict[str, str] | None = None):
-    status, _, body = http(url, method="POST", headers=headers)
+def test_on_loopback_every_request_needs_the_printed_token(studies: Path) -> None:
+    """Issue 37.9: a sandboxed job shares loopback and the user's uid: the page answers
+    nothing without its token, made per server and printed only in its URL."""
+    with serving(studies) as base:
+        paths = ["/", "/studies/alpha", "/api/studies", "/api/studies/alpha"]
+        paths += ["/api/studies/alpha/events", "/api/studies/alpha/trials/13/patch"]
+        for path in paths:
+            status, _, body = http(base + path, auth=False)
+            assert status == 401 and b"alpha" not in body, path
+        wrong = {"Authorization": "Bearer not-the-token"}
+        assert http(base + "/api/studies", headers=wrong)[0] == 401
+        status, headers, _ = http(with_token(base + "/studies/alpha"), auth=False)
+        port = base.rsplit(":", 1)[1]
+        assert status == 200 and headers["set-cookie"].startswith(f"air_token_{port}=")
+        assert "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
+        cookie = headers["set-cookie"].split(";")[0]
+        assert http(base + "/api/studies/alpha", headers={"Cookie": cookie})[0] == 200
+        # another page's cookie (another port) is not this one's
+        other = {"Cookie": f"air_token_1={TOKENS[base]}"}
+        assert http(base + "/api/studies", headers=other)[0] == 401
+
+
+def test_a_state_change_from_another_origin_is_refused_even_with_the_cookie(
+    studies: Path, study_home: Path
+) -> None:
+    """Issue 37.8: a page on another 127.0.0.1 port is same-site: the browser sends the cookie
+    with its POST, so only Origin / Sec-Fetch-Site tell it from the page itself."""
+    url = "/api/studies/beta/stop"
+    with serving(studies, env={"AIR_MCP_TOKEN": "tok"}) as base:
+        _, headers, _ = http(with_token(base + "/studies/beta"), auth=False)
+        cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
+        evil = f"http://127.0.0.1:{free_port()}"
+        for extra in (
+            {"Origin": evil},  # what Chromium sends from another port
+            {"Origin": evil, "Sec-Fetch-Site": "same-site"},
+            {"Sec-Fetch-Site": "same-site"},
+            {"Origin": "null"},  # a sandboxed iframe or a file:// page
+            {},  # a cookie with neither: no browser sends a POST so
+        ):
+            status, err = get_json_post(base + url, {**cookie, **extra})
+            assert status == 403 and err["error"]["code"] == "forbidden", extra
+        # even the owner's bearer is refused from another origin (a page cannot set it, but a
+        # state change from there is never wanted)
+        status, _ = get_json_post(base + url, {"Authorization": "Bearer tok", "Origin": evil})
+        assert status == 403
+        assert get_json(base + "/api/studies/beta")[1]["state"] == "interrupted"  # not stopped
+        own = {**cookie, "Origin": base, "Sec-Fetch-Site": "same-origin"}
+        status, body = get_json_post(base + url, own)  # the page's own button
+        assert status == 200 and body["state"] == "finished"
+
+
+def get_json_post(url: str, headers: dict[str, str] | None = None, auth: bool = True):
+    status, _, body = http(url, method="POST", headers=headers, auth=auth)
     return status, json.loads(body)
 
 
@@ -152,7 +203,7 @@ def test_the_event_stream_sends_the_view_when_the_journal_changes(studies: Path)
 
     with serving(studies) as base:
         version = get_json(base + "/api/studies/alpha")[1]["version"]
-        url = f"{base}/api/studies/alpha/events?version={version}"
+        url = with_token(f"{base}/api/studies/alpha/events?version={version}")
         with urllib.request.urlopen(url, timeout=30) as stream:
             assert stream.headers["content-type"].startswith("text/event-stream")
             with open(studies / "a" / "journal.jsonl", "a") as f:  # nothing sent before this
@@ -194,7 +245,7 @@ def test_a_big_study_s_page_inlines_its_first_screen_and_its_stream_the_rest(
         assert len(first["best_so_far"]) < len(best) / 10
         assert len(html) < len(raw) / 3  # 300 trials; 1,000: ~70 KB of ~600 KB
         # the page's event stream, asked from the first screen's version, sends the whole view
-        url = f"{base}/api/studies/big/events?version={first['version']}"
+        url = with_token(f"{base}/api/studies/big/events?version={first['version']}")
         with urllib.request.urlopen(url, timeout=30) as stream:
             name, view = _next_event(stream)
         assert name == "view" and view == whole
@@ -214,18 +265,19 @@ def test_the_demo_page_serves_from_a_thread_and_moves_to_a_free_port(studies: Pa
     from autoresearch.web.serve import BackgroundPage
 
     first = BackgroundPage([studies / "a"], port=free_port())
-    taken = int(first.url.rsplit(":", 1)[1].strip("/"))
+    taken = int(first.base.rsplit(":", 1)[1].strip("/"))
     second = BackgroundPage([studies / "b"], port=taken)  # its port is taken: the next one
     try:
-        assert second.url != first.url
-        status, body = get_json(first.url + "api/studies")
+        assert second.base != first.base and second.token != first.token
+        assert http(first.base + "api/studies")[0] == 401  # its token, on loopback too
+        status, body = get_json(first.url("api/studies"))
         assert status == 200 and [s["name"] for s in body["studies"]] == ["alpha"]
-        assert get_json(second.url + "api/studies")[1]["studies"][0]["name"] == "beta"
+        assert get_json(second.url("api/studies"))[1]["studies"][0]["name"] == "beta"
     finally:
         first.stop()
         second.stop()
     with pytest.raises(OSError):
-        http(first.url + "api/studies")
+        http(first.url("api/studies"))
 
 
 def test_status_prints_the_cost(studies: Path) -> None:
@@ -303,6 +355,6 @@ def test_the_token_air_mcp_wrote_in_air_home_serves_too(
     assert done.returncode == 2 and "without a token" in done.stderr
     token_file.chmod(0o600)
     with serving(studies, host="0.0.0.0") as base:
-        assert http(base + "/api/studies")[0] == 401
+        assert http(base + "/api/studies", auth=False)[0] == 401
         ok = {"Authorization": "Bearer from-the-file"}
         assert get_json(base + "/api/studies", headers=ok)[0] == 200

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ar_helpers import small_study, start_loop
 from synthetic_study import write_journal
-from web_helpers import serving
+from web_helpers import serving, with_token
 
 pytestmark = pytest.mark.slow
 SCREENSHOT = Path(__file__).resolve().parents[3] / "docs" / "study-page.png"
@@ -73,7 +73,7 @@ def test_a_running_study_shows_its_trials_and_a_finishing_trial_appears_without_
     loop = start_loop(study_file, folder)
     try:
         with serving(tmp_path / "studies") as base:
-            page.goto(base + "/")
+            page.goto(with_token(base + "/"))
             page.wait_for_selector("#studies a", timeout=60_000)
             page.click("#studies a")
             page.wait_for_selector("#trials tbody tr.trial", timeout=60_000)
@@ -98,7 +98,7 @@ def test_without_its_event_stream_the_page_polls(page, tmp_path: Path) -> None:
     folder = write_journal(tmp_path / "studies" / "quiet", 5, name="quiet")
     with serving(tmp_path / "studies") as base:
         page.route("**/events*", lambda route: route.abort())  # the stream refused on the way
-        page.goto(base + "/studies/quiet")
+        page.goto(with_token(base + "/studies/quiet"))
         page.wait_for_selector("#trials tbody tr.trial")
         page.wait_for_function("window.AIR_LIVE.mode === 'poll'")
         before = page.evaluate("window.AIR_RENDERED.version")
@@ -111,7 +111,7 @@ def test_without_its_event_stream_the_page_polls(page, tmp_path: Path) -> None:
 def test_clicking_a_code_trial_shows_its_patch(page, tmp_path: Path) -> None:
     write_journal(tmp_path / "studies" / "code", 60, name="code-study", code_every=7)
     with serving(tmp_path / "studies") as base:
-        page.goto(base + "/studies/code-study")
+        page.goto(with_token(base + "/studies/code-study"))
         page.wait_for_selector("#trials tbody tr.code")
         row = page.locator("#trials tbody tr.code").nth(1)
         n = row.get_attribute("data-n")
@@ -145,7 +145,7 @@ def test_clicking_a_code_trial_shows_its_patch(page, tmp_path: Path) -> None:
 def test_a_study_of_a_thousand_trials_loads(page, tmp_path: Path) -> None:
     write_journal(tmp_path / "studies" / "big", 1000, name="big")
     with serving(tmp_path / "studies") as base:
-        page.goto(base + "/studies/big")
+        page.goto(with_token(base + "/studies/big"))
         page.wait_for_function("window.AIR_ROWS_DONE && window.AIR_ROWS_DONE.n === 1000")
         assert page.inner_text("#shown") == "1000 of 1000 trials"
         # only the rows in view are drawn; scrolled to the end, the last trial's row is there
@@ -167,7 +167,7 @@ def test_a_big_study_s_first_rows_paint_without_its_whole_view(page, tmp_path: P
         # neither the stream nor a poll can bring the whole view: the first screen stands alone
         page.route("**/events*", lambda route: route.abort())
         page.route("**/api/studies/big", lambda route: route.abort())
-        page.goto(base + "/studies/big")
+        page.goto(with_token(base + "/studies/big"))
         page.wait_for_selector('#trials tr.trial[data-n="0"]')
         page.wait_for_function("performance.getEntriesByType('paint').length > 0")  # painted
         assert page.inner_text("#shown") == "the first 40 of 400 trials (loading the rest)"
