@@ -21,11 +21,14 @@ SECRETS = {
     "HF_TOKEN": "hf_secret_93aa",
     "PGPASSWORD": "pg-secret-11",
 }
-# What the job sees: its environment, and its folder's env.json (readable, even sandboxed).
+# What the job sees: its environment, and its folder's env.json (read-only, when readable).
 DUMP = r"""
 import json, os
 folder = os.path.dirname(os.environ["AIR_CHECKPOINT_DIR"])
-saved = open(os.path.join(folder, "env.json")).read()
+try:  # read-only in its folder; unreadable where the job runs as another uid (air as root)
+    saved = open(os.path.join(folder, "env.json")).read()
+except PermissionError:
+    saved = "unreadable"
 out = {"env": dict(os.environ), "saved": saved}
 json.dump(out, open(os.path.join(os.environ["AIR_CHECKPOINT_DIR"], "seen.json"), "w"))
 """
