@@ -19,6 +19,7 @@ import secrets
 import shutil
 import stat
 from collections.abc import Iterator
+from typing import BinaryIO
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -113,10 +114,10 @@ class JobFolder:
 
     # --- files ----------------------------------------------------------------------------------
 
-    def write(self, name: str, data: bytes | str, mode: int = 0o644) -> None:
-        """``name`` holds ``data`` (whole, or as it was): a fresh temp file renamed over it."""
+    def write(self, name: str, data: bytes | str | BinaryIO, mode: int = 0o644) -> None:
+        """``name`` holds ``data`` (whole, or as it was): a fresh temp file renamed over it.
+        ``data`` may be a file open for reading: copied in chunks."""
         _name(name)
-        raw = data.encode() if isinstance(data, str) else data
         for _ in range(8):  # a temp name the job guessed and took: another one
             tmp = f".{name}.{secrets.token_hex(6)}.tmp"
             try:
@@ -128,9 +129,11 @@ class JobFolder:
             raise FileExistsError(errno.EEXIST, f"no free temp name for {name}", self.path)
         try:
             try:
-                view = memoryview(raw)
-                while view:
-                    view = view[os.write(fd, view) :]
+                chunks = _chunks(data)
+                for raw in chunks:
+                    view = memoryview(raw)
+                    while view:
+                        view = view[os.write(fd, view) :]
             finally:
                 os.close(fd)
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
@@ -197,6 +200,16 @@ class JobFolder:
         """(relative path, its folder's fd, name, stat) of each regular file below, walked by
         descriptors with no link followed (the fds are open only while iterating)."""
         yield from _regular_files(self.fd, prefix)
+
+
+def _chunks(data: bytes | str | BinaryIO) -> Iterator[bytes]:
+    if isinstance(data, str):
+        yield data.encode()
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        yield bytes(data)
+    else:
+        while chunk := data.read(1 << 20):
+            yield chunk
 
 
 def _regular(fd: int, folder: str, name: str) -> int:

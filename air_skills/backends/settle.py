@@ -7,6 +7,7 @@ import contextlib
 from pathlib import Path
 
 from air_skills.gpu.node_hardware import mlflow_tag, settle_from_log
+from air_skills.job_folder import JobFolder
 from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
@@ -71,7 +72,8 @@ def finish(
         )
     if done and done_marker:
         with contextlib.suppress(OSError):
-            (Path(row.log_path).parent / done_marker).touch()
+            with JobFolder.open(Path(row.log_path).parent) as folder:
+                folder.touch(done_marker)  # made by descriptor: a link there is not followed
     return int(done)
 
 

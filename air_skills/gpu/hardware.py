@@ -17,6 +17,7 @@ from typing import Any
 
 from air_skills.gpu.providers import provider
 from air_skills.home import read_job_json
+from air_skills.job_folder import write_in
 
 HARDWARE_FILE = "hardware.json"  # in the job's folder, written when its command has started
 _VENDOR = re.compile(r"^(NVIDIA|Tesla|GeForce|Quadro|AMD|Radeon)\s+", re.IGNORECASE)
@@ -115,9 +116,8 @@ def mlflow_tags(info: dict[str, Any]) -> dict[str, str]:
 
 def write_record(job_folder: Path, info: dict[str, Any]) -> None:
     """Write the job's hardware record into its folder (whole, or not at all)."""
-    tmp = job_folder / f".{HARDWARE_FILE}.tmp"
-    tmp.write_text(json.dumps(info, sort_keys=True))
-    tmp.replace(job_folder / HARDWARE_FILE)
+    # A fresh temp file renamed over the name: a link the job left there is not written through.
+    write_in(job_folder, HARDWARE_FILE, json.dumps(info, sort_keys=True))
 
 
 def read_record(log_path: str | None) -> dict[str, Any] | None:

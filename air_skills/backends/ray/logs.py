@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,11 @@ from air_skills.backends.ray.refs import job_lock, split_ref
 from air_skills.backends.ray.sdk import DEFAULT_ADDRESS, call, connect, env_address
 from air_skills.errors import BackendUnavailable
 from air_skills.gpu.node_hardware import settle_from_log
+from air_skills.job_folder import JobFolder
 from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
+
+PREVIOUS = "ray-previous.log"  # the job's output before Ray's current attempt (reconcile.py)
 
 
 def sync_logs(row: JobRecord, ray: Any = None, final: bool = False) -> None:
@@ -38,18 +42,22 @@ def sync_logs(row: JobRecord, ray: Any = None, final: bool = False) -> None:
         return
     except Exception:
         return  # gone from Ray: what we kept is all there is
-    prev_path = log.parent / "ray-previous.log"
-    prev = prev_path.read_bytes() if prev_path.exists() else b""
-    want = prev + (text or "").encode("utf-8", "replace")
-    with job_lock(log.parent, name="log.lock"):
-        size = log.stat().st_size if log.exists() else 0
-        if len(want) > size:
-            with open(log, "ab") as f:
-                f.write(want[size:])
-        elif len(want) < size and not prev:
-            tmp = log.with_suffix(".tmp")
-            tmp.write_bytes(want)
-            tmp.replace(log)
-    settle_from_log(row.log_path)  # the node's hardware line, as hardware.json
-    if not live:
-        (log.parent / "ray-logs.done").touch()
+    # The job's folder may hold links the job made: every file is opened by descriptor, none
+    # followed (air_skills/job_folder.py).
+    with JobFolder.open(log.parent) as folder:
+        try:
+            with os.fdopen(folder.open_read(PREVIOUS), "rb") as f:
+                prev = f.read()
+        except FileNotFoundError:
+            prev = b""
+        want = prev + (text or "").encode("utf-8", "replace")
+        with job_lock(log.parent, name="log.lock"):
+            with os.fdopen(folder.open_append(log.name), "ab") as f:
+                size = os.fstat(f.fileno()).st_size
+                if len(want) > size:
+                    f.write(want[size:])
+            if len(want) < size and not prev:
+                folder.write(log.name, want)
+        settle_from_log(row.log_path)  # the node's hardware line, as hardware.json
+        if not live:
+            folder.touch("ray-logs.done")

@@ -12,14 +12,14 @@ from typing import Any
 
 from air_skills.backends.ray import gangs, stall_watch
 from air_skills.backends.ray.cluster import ClusterView, cluster_view
-from air_skills.backends.ray.logs import sync_logs
+from air_skills.backends.ray.logs import PREVIOUS, sync_logs
 from air_skills.backends.ray.packaging import upload
 from air_skills.backends.ray.refs import job_lock, reread, split_ref, submission_id
 from air_skills.backends.ray.sdk import call, connect, env_address, short
 from air_skills.backends.ray.settle import finish, finish_stopped, settle_gone
 from air_skills.backends.ray.submit import queued_message, submit
 from air_skills.errors import AirError
-from air_skills.home import open_job_file
+from air_skills.job_folder import JobFolder
 from air_skills.models import STORED, JobSpec
 from air_skills.runtime.code.code_source import ray_working_dir_of
 from air_skills.runtime.launch.prepare import LaunchContext
@@ -341,8 +341,9 @@ def _resubmit(
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | APPEND_SAFE, 0o644)
         with os.fdopen(fd, "ab") as f:
             f.write(f"\n[air] attempt {row.attempts + 1} on Ray as {sid}\n".encode())
-        with os.fdopen(open_job_file(log), "rb") as src:
-            (log.parent / "ray-previous.log").write_bytes(src.read())
+        with JobFolder.open(log.parent) as folder:  # a link at ray-previous.log: replaced
+            with os.fdopen(folder.open_read(log.name), "rb") as src:
+                folder.write(PREVIOUS, src)  # copied in chunks, not read whole
     cluster = None
     with contextlib.suppress(AirError):
         cluster = cluster_view(ray)

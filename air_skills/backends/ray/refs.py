@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from air_skills.errors import NotFound
+from air_skills.job_folder import JobFolder
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 
@@ -37,7 +39,9 @@ def split_ref(ref: str | None) -> tuple[str | None, str | None]:
 def job_lock(job_dir: Path, block: bool = True, name: str = "ray.lock") -> Iterator[bool]:
     """One process at a time submits, settles or stops a given Ray job (or syncs its log)."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    with open(job_dir / name, "a") as f:
+    with JobFolder.open(job_dir) as folder:  # a link at the lock's name is not followed
+        fd = folder.open_append(name)
+    with os.fdopen(fd, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
         except BlockingIOError:

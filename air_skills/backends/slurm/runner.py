@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from air_skills.job_folder import JobFolder, write_in
+
 LAUNCH_FILE = "slurm-launch.json"
 EXIT_FILE = "slurm-exit.json"
 # Variables Slurm sets on the node that the job keeps (its GPUs, its allocation).
@@ -54,9 +56,7 @@ def _read_launch(jdir: Path) -> dict[str, Any]:
 
 def _write_exit(jdir: Path, record: dict[str, Any], node: str = "0") -> None:
     name = EXIT_FILE if node == "0" else f"slurm-exit.node{node}.json"
-    tmp = jdir / f".{name}.{os.getpid()}"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, jdir / name)
+    write_in(jdir, name, json.dumps(record))  # a fresh temp file: never through a link
 
 
 def _record_hardware(jdir: Path) -> None:
@@ -84,11 +84,18 @@ def run(jdir: Path) -> int:
     if gang:
         env.update({k: values[k] for k in ("AIR_NODE_RANK", "AIR_NUM_NODES")})
     node = values["AIR_NODE_RANK"] if gang else "0"
-    (jdir / "checkpoints").mkdir(exist_ok=True)
+    # The job's folder is the job's to write (an earlier attempt may have left links): worked
+    # on by descriptor, no link followed (air_skills/job_folder.py).
     config = launch.get("config")
-    if config is not None and not (jdir / "config.json").exists():
-        (jdir / "config.json").write_text(json.dumps(config))
-    with open(launch["log_path"], "ab") as log:
+    with JobFolder.open(jdir) as top:
+        if top.lstat("checkpoints") is None:
+            top.mkdir("checkpoints")
+        if config is not None and top.lstat("config.json") is None:
+            top.write("config.json", json.dumps(config))
+    log_path = Path(launch["log_path"])
+    with JobFolder.open(log_path.parent) as folder:
+        log_fd = folder.open_append(log_path.name)
+    with os.fdopen(log_fd, "ab") as log:
         where = f" node {node}" if gang else ""
         log.write(f"[air] Slurm job {slurm_id}{where} on {os.uname().nodename}\n".encode())
         log.flush()

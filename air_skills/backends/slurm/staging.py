@@ -17,7 +17,8 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.backends.slurm.runner import EXIT_FILE
-from air_skills.home import read_job_json
+from air_skills.home import MAX_JOB_FILE_BYTES, read_job_json
+from air_skills.job_folder import JobFolder
 
 LOG = "output.log"
 CHUNK = 1 << 20
@@ -33,9 +34,15 @@ def stage_dir(home: Path, job_id: str) -> Path | None:
 
 def stage(jdir: Path, sdir: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Copy what the node reads into ``sdir``; the launch record with its paths moved there."""
+    # Both folders are the job's to write (a retry finds what its last attempt left): files
+    # are read and written by descriptor, never through a link (air_skills/job_folder.py).
     sdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if (jdir / "config.json").is_file():
-        shutil.copyfile(jdir / "config.json", sdir / "config.json")
+    with JobFolder.open(jdir) as src, JobFolder.open(sdir) as dst:
+        try:
+            dst.write("config.json", src.read("config.json", MAX_JOB_FILE_BYTES))
+        except OSError:
+            dst.remove("config.json")  # none (or not a regular file): none staged either
+        dst.remove("code")  # copied whole below: nothing the last attempt left is written into
     try:  # a snapshot job's code view lives in the home: copy it whole
         code = read_job_json(jdir / "code.json")
     except (FileNotFoundError, ValueError):
@@ -52,15 +59,20 @@ def stage(jdir: Path, sdir: Path, record: dict[str, Any]) -> dict[str, Any]:
 
 def fetch(jdir: Path, sdir: Path) -> None:
     """Append the staged log's new bytes to the job's log; copy the exit record back."""
-    src, dst = sdir / LOG, jdir / LOG
+    # Both folders are the job's to write: opened by descriptor, no link followed (a link at
+    # the staged log would copy a host file into the job's log; one at the job's log or exit
+    # record would write through it).
     try:
-        have = dst.stat().st_size
-        with open(src, "rb") as fin, open(dst, "ab") as fout:
-            fin.seek(have)
-            while chunk := fin.read(CHUNK):
-                fout.write(chunk)
-    except FileNotFoundError:
+        with JobFolder.open(sdir) as staged, JobFolder.open(jdir) as home:
+            fin = os.fdopen(staged.open_read(LOG), "rb")
+            with fin, os.fdopen(home.open_append(LOG), "ab") as fout:
+                fin.seek(os.fstat(fout.fileno()).st_size)
+                while chunk := fin.read(CHUNK):
+                    fout.write(chunk)
+            try:
+                ended = staged.read(EXIT_FILE, 4096)
+            except OSError:
+                return
+            home.write(EXIT_FILE, ended)
+    except OSError:
         return
-    ended = sdir / EXIT_FILE
-    if ended.is_file() and not ended.is_symlink():
-        shutil.copyfile(ended, jdir / EXIT_FILE)

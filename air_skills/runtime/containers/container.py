@@ -23,6 +23,7 @@ from pathlib import Path
 from air_skills import settings
 from air_skills.errors import InvalidInput
 from air_skills.home import read_job_json
+from air_skills.job_folder import write_in
 from air_skills.runtime.containers import image_cache
 
 ENGINES = ("podman", "docker")
@@ -150,7 +151,7 @@ class ContainerJob:
 
     def save(self, jdir: Path) -> None:
         record = {**self.__dict__, "fixes": list(self.fixes)}
-        (jdir / RECORD).write_text(json.dumps(record))
+        write_in(jdir, RECORD, json.dumps(record))  # never through a link left in its place
 
 
 def load(jdir: Path) -> ContainerJob | None:

@@ -64,6 +64,11 @@ RESERVED_ENV = frozenset(
 )
 
 
+# What air reads back from a job's folder stays as air wrote it: bound read-only over the job's
+# own folder (a patch the job rewrote would be what `air rerun` and `air code export` give).
+KEPT_FILES = (LAUNCH_ENV, JOB_ENV, "code.json", "code.patch", FOLDER_RECORD)
+
+
 def is_reserved(name: str) -> bool:
     """Whether a job's own ``env`` may not set ``name`` (see RESERVED_ENV)."""
     return name in RESERVED_ENV or name.startswith("AIR_")
@@ -261,7 +266,7 @@ def command_launch(
             network=spec.get("network", True),
             hidden=spec.get("hidden") or (),
             # What air reads back from the job's folder stays as air wrote it.
-            kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
+            kept=[jdir / n for n in KEPT_FILES],
             dev=_dev_args(gpus, said),
             environ={**said, **env},  # its settings, and its caches' variables
             # The user's own code shares the caches; a code-editing trial's reads them only.
@@ -289,7 +294,7 @@ def command_launch(
             data=data,
             writable=spec.get("writable") or (),
             home=os.fspath(home),
-            kept=[jdir / n for n in (LAUNCH_ENV, JOB_ENV, "code.json", FOLDER_RECORD)],
+            kept=[jdir / n for n in KEPT_FILES],
         )
         cwd = os.fspath(jdir)
         env.update(image.engine_env)  # air's engine settings (engine_config.py), if any

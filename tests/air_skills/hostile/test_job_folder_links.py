@@ -66,7 +66,8 @@ def test_a_link_at_the_relay_offsets_file_is_replaced_not_written_through(
 
 
 # Attempt 1 replaces $AIR_DATA_DIR with a link to the victim folder (which holds a file with
-# the input's name) and fails; attempt 2 reads its input.
+# the input's name), plants a link at the temp name the hardware record was written through,
+# and fails; attempt 2 reads its input.
 SWAP_DATA = r"""
 import os, sys
 data = os.environ["AIR_DATA_DIR"]
@@ -77,12 +78,13 @@ if not os.path.exists(mark):
         os.unlink(os.path.join(data, name))
     os.rmdir(data)
     os.symlink(sys.argv[1], data)
+    os.symlink(sys.argv[2], os.path.join(os.path.dirname(data), ".hardware.json.tmp"))
     sys.exit(3)
 print("READ:" + open(os.path.join(data, "authorized_keys", "f.txt")).read(), flush=True)
 """
 
 
-def test_a_retry_never_unlinks_or_replaces_through_a_data_folder_the_job_swapped(
+def test_a_retry_never_writes_unlinks_or_replaces_through_links_its_last_attempt_left(
     client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     roots = tmp_path / "roots"
@@ -92,13 +94,14 @@ def test_a_retry_never_unlinks_or_replaces_through_a_data_folder_the_job_swapped
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "authorized_keys").write_text("ssh-ed25519 AAAA the owner's key\n")
+    other = tmp_path / "bashrc"
+    other.write_text("# the owner's shell\n")
     info = client.launch(
         JobSpec(
-            command=[PY, "-c", SWAP_DATA, str(victim)],
+            command=[PY, "-c", SWAP_DATA, str(victim), str(other)],
             data=[{"name": "authorized_keys", "path": str(roots / "authorized_keys")}],
             max_retries=1,
             sandbox=SANDBOX,  # type: ignore[arg-type]
-            track=False,
             workdir=str(tmp_path),
             code="live",
         )
@@ -110,6 +113,7 @@ def test_a_retry_never_unlinks_or_replaces_through_a_data_folder_the_job_swapped
     kept = victim / "authorized_keys"
     assert not kept.is_symlink() and kept.read_text() == "ssh-ed25519 AAAA the owner's key\n"
     assert sorted(os.listdir(victim)) == ["authorized_keys"]
+    assert other.read_text() == "# the owner's shell\n"  # attempt 2's hardware record
     assert "READ:governed" in client.logs(info.job_id, tail=None).text
     data = job_dir(client.home, info.job_id) / "data"
     assert data.is_dir() and not data.is_symlink()  # made again as a folder of air's
@@ -156,3 +160,51 @@ def test_a_folder_swapped_for_a_link_is_refused_and_removal_keeps_the_target(
     assert not (folder / "mlruns").exists()
     with pytest.raises(OSError):
         JobFolder.open(folder / "data")  # a link is not opened as the folder
+
+
+# A sandboxed job with a patch tries to rewrite its code.patch (what `air rerun` and `air code
+# export` read back) in place and by a rename over it.
+REWRITE_PATCH = r"""
+import os
+jdir = os.path.dirname(os.environ["AIR_CHECKPOINT_DIR"])
+patch = os.path.join(jdir, "code.patch")
+for how in ("write", "rename"):
+    try:
+        if how == "write":
+            open(patch, "w").write("evil")
+        else:
+            open(os.path.join(jdir, "evil.patch"), "w").write("evil")
+            os.replace(os.path.join(jdir, "evil.patch"), patch)
+        print(how, "REWROTE", flush=True)
+    except OSError as exc:
+        print(how, "refused:", exc.strerror, flush=True)
+print("model says", open("model.py").read().strip(), flush=True)
+"""
+MODEL_PATCH = """--- a/model.py
++++ b/model.py
+@@ -1 +1 @@
+-VALUE = 1
++VALUE = 42
+"""
+
+
+@pytest.mark.skipif(sandbox.unavailable() is not None, reason="no sandbox here")
+def test_a_sandboxed_job_cannot_rewrite_the_patch_that_rerun_and_export_read_back(
+    client: Client, tmp_path: Path
+) -> None:
+    from air_skills.runtime.code.code_source import load_job_code
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "model.py").write_text("VALUE = 1\n")
+    (work / "job.py").write_text(REWRITE_PATCH)
+    info = client.launch(
+        JobSpec(command=[PY, "job.py"], workdir=str(work), patch=MODEL_PATCH, sandbox="on")
+    )
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    log = client.logs(info.job_id, tail=None).text
+    assert done.status == JobStatus.SUCCEEDED, (done.message, log)
+    assert "REWROTE" not in log and "model says VALUE = 42" in log
+    row = client.store.row(info.job_id)
+    code = load_job_code(client.home, info.job_id, row.code)
+    assert code.patch == MODEL_PATCH  # what rerun and export use is what was launched
