@@ -91,4 +91,11 @@ def end_run(rt: LaunchContext, row: JobRecord, status: JobStatus, message: str) 
         rt.tracker.finish_run(row.run_id, status.value, values)
     except Exception as exc:
         message += f" (MLflow run not ended: {short(exc)[:120]})"
+        return message
+    from air_skills.runtime.runs.run_index import index_end
+
+    try:  # the results index's final rows (left due on a failure: a read catches up)
+        index_end(rt.store, row.job_id, row.run_id, rt.tracker.uri)
+    except Exception:
+        pass
     return message

@@ -71,5 +71,9 @@ def rebuild_records(dry_run: bool, as_json: bool) -> None:
         + (": " + ", ".join(rebuilt) if rebuilt else ""))  # fmt: skip
     for item in result["skipped"]:
         say(out, f"skip {item['job_id']}: {item['reason']}")
+    index = result.get("results_index") or {}
+    if index:
+        say(out, f"results index: {would}read {index['jobs']} tracked jobs again from MLflow"
+            + ("" if dry_run else f" ({index['indexed']} indexed)"))  # fmt: skip
     if dry_run:
         say(out, "nothing was changed: run `air doctor --rebuild` to do it")

@@ -31,7 +31,6 @@ from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision.stall import say_stalled, stalls_since
 from air_skills.vocabulary import Direction
 
-RANK_POOL = 1000  # list(order_by=...) ranks the newest this many jobs
 # A cancelled job is ended by its supervisor: SIGTERM, AIR_GRACE_S, then its record, written
 # after the MLflow run's end (it waits up to 60 s for MLflow's import: slow on a loaded machine).
 # A cancel waits that long for the end; on a quiet machine it comes in well under a second.
@@ -72,7 +71,27 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
         from air_skills.runtime.store.rebuild import rebuild
 
         where = ensure_home(Path(home).expanduser() if home else default_home()).resolve()
-        return rebuild(where, dry_run=dry_run, check=JobSpec.stored)
+        result = rebuild(where, dry_run=dry_run, check=JobSpec.stored)
+        if not (dry_run and result["other_home_db"]):  # that database is not this home's
+            result["results_index"] = Client._rebuild_results(where, dry_run)
+        return result
+
+    @staticmethod
+    def _rebuild_results(home: Path, dry_run: bool) -> dict[str, int]:
+        """The results index rebuilt from MLflow, the record: every tracked job read again
+        (``jobs``: how many; ``indexed``: how many were written; the rest stay due)."""
+        from air_skills.runtime.runs.run_index import catch_up
+        from air_skills.runtime.store import results_index
+
+        store = Store(home, rebuilding=True)
+        try:
+            if dry_run:
+                n = store.read("SELECT COUNT(*) FROM jobs WHERE run_id IS NOT NULL")[0][0]
+                return {"jobs": int(n), "indexed": 0}
+            n = results_index.forget_all(store)
+            return {"jobs": n, "indexed": catch_up(store)}
+        finally:
+            store.close()
 
     @property
     def store(self) -> Store:
@@ -251,21 +270,59 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
         order_by: str | None = None,
         direction: Direction = "minimize",
         launched_by: str | None = None,
+        *,
+        config: dict[str, Any] | None = None,
+        study: str | None = None,
     ) -> Page[JobInfo]:
         """Jobs newest first, a page at a time; with ``order_by`` ("best" or "latest") and
-        ``metric``, the best ``limit`` of the newest 1000 by that value (one page, best first;
-        jobs without the metric last). ``scores`` gives the values."""
+        ``metric``, a leaderboard: every matching job ranked by that value from the results
+        index (runtime/store/results_index.py), best first, then the jobs without a finite
+        value for it, newest first; paged by ``cursor``. ``config`` ({key: value}) and
+        ``study`` (a study's name) filter it too. ``scores`` gives the values."""
         if order_by is not None:
-            from air_skills.tracking.compare import check_order, rank
-
-            check_order(order_by, metric)
-            pool = self.list(
-                status, experiment, RANK_POOL, None, project, launched_by=launched_by
-            ).items
-            scores = self.scores([i.job_id for i in pool], str(metric), direction)
-            ranked = rank(pool, scores, order_by, direction)[:limit]
-            return Page[JobInfo](items=ranked, next_cursor=None)
+            return self._leaderboard(
+                str(metric or ""),
+                order_by,
+                direction,
+                status=status,
+                experiment=experiment,
+                project=project,
+                launched_by=launched_by,
+                config=config,
+                study=study,
+                limit=limit,
+                cursor=cursor,
+            )
+        if config or study:
+            raise InvalidInput(
+                "config and study filters rank jobs by a metric",
+                hint="pass metric='val_loss' and order_by='best' with them",
+            )
         self.reconcile()
+        value = self._check_page(status, project, cursor, limit)
+        rows = self.store.page_rows(
+            status=value,
+            experiment=experiment,
+            project=project,
+            before_seq=int(cursor) if cursor else None,
+            limit=limit + 1,
+            launched_by=launched_by,
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        total = self.store.page_count(
+            status=value, experiment=experiment, project=project, launched_by=launched_by
+        )  # "8 of 53": the page says how much it is of
+        return Page[JobInfo](
+            items=[row_to_info(r) for r in rows],
+            next_cursor=str(rows[-1].seq) if more else None,
+            total=total,
+        )
+
+    def _check_page(
+        self, status: str | JobStatus | None, project: str | None, cursor: str | None, limit: int
+    ) -> str | None:
+        """The status's stored value, once the page's arguments are checked."""
         value = None
         if status is not None:
             try:
@@ -284,23 +341,48 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
             raise InvalidInput(f"bad cursor {cursor!r}", hint="pass next_cursor as given")
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit {limit} out of range", hint="use 1 to 1000")
-        rows = self.store.page_rows(
+        return value
+
+    def _leaderboard(
+        self,
+        metric: str,
+        order_by: str,
+        direction: Direction,
+        *,
+        status: str | JobStatus | None,
+        experiment: str | None,
+        project: str | None,
+        launched_by: str | None,
+        config: dict[str, Any] | None,
+        study: str | None,
+        limit: int,
+        cursor: str | None,
+    ) -> Page[JobInfo]:
+        """Every matching job ranked by ``metric`` (results_index.leaderboard); the cursor
+        is the rank the next page starts at."""
+        from air_skills.runtime.runs.run_index import catch_up
+        from air_skills.runtime.store import results_index
+        from air_skills.tracking.compare import check_order
+
+        check_order(order_by, metric)
+        self.reconcile()
+        value = self._check_page(status, project, cursor, limit)
+        catch_up(self.store)  # running jobs' metrics so far, ends a kill cut short
+        where = results_index.Where(
             status=value,
             experiment=experiment,
             project=project,
-            before_seq=int(cursor) if cursor else None,
-            limit=limit + 1,
             launched_by=launched_by,
+            config=dict(config or {}),
+            study=study,
         )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        total = self.store.page_count(
-            status=value, experiment=experiment, project=project, launched_by=launched_by
-        )  # "8 of 53": the page says how much it is of
+        board = results_index.leaderboard(
+            self.store, metric, order_by, direction, where, limit, int(cursor or 0)
+        )
         return Page[JobInfo](
-            items=[row_to_info(r) for r in rows],
-            next_cursor=str(rows[-1].seq) if more else None,
-            total=total,
+            items=[row_to_info(r) for r, _ in board.rows],
+            next_cursor=None if board.next_offset is None else str(board.next_offset),
+            total=board.total,
         )
 
     def wait(

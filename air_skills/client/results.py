@@ -22,13 +22,25 @@ class ResultsMixin:
         direction: Direction = "minimize",
         at_step: int | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """Per job: the metric's latest value and step, best and its step (and at a step)."""
-        from air_skills.tracking.compare import metric_scores
+        """Per job: the metric's latest value and step, best (the best finite value; the
+        latest when none is finite) and its step, ``points`` and ``finite`` (whether the latest
+        is a usable number), from the results index (runtime/store/results_index.py; running
+        jobs and ends a kill cut short are read from MLflow first). Jobs without the metric
+        are left out. With ``at_step``, the value at that step too, from MLflow's histories."""
+        if at_step is not None:
+            from air_skills.tracking.compare import metric_scores
 
-        found = metric_scores(
-            [self._row(j) for j in job_ids], self.tracker, metric, direction, at_step
-        )
-        return {job_id: score for job_id, score in found.items() if score}
+            found = metric_scores(
+                [self._row(j) for j in job_ids], self.tracker, metric, direction, at_step
+            )
+            return {job_id: score for job_id, score in found.items() if score}
+        from air_skills.runtime.runs.run_index import catch_up
+        from air_skills.runtime.store import results_index
+
+        ids = list(dict.fromkeys(self._row(j).job_id for j in job_ids))  # unknown: refused
+        catch_up(self.store, ids)
+        results = results_index.read(self.store, ids, metric)
+        return {j: results[j].score(direction) for j in ids if j in results}
 
     def search_log(
         self,
@@ -104,4 +116,10 @@ class ResultsMixin:
 
         self.reconcile()  # statuses as get() reports them
         rows = [self._row(j) for j in job_ids]
-        return compare_jobs(rows, self.tracker, metric, direction, at_step)
+        # Without at_step the scores come from the results index, not the whole histories.
+        scores = None
+        if metric and at_step is None:
+            found = self.scores([r.job_id for r in rows], metric, direction)
+            keep = ("latest", "step", "best", "best_step")
+            scores = {j: {k: sc[k] for k in keep} for j, sc in found.items()}
+        return compare_jobs(rows, self.tracker, metric, direction, at_step, scores)

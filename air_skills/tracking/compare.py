@@ -99,12 +99,14 @@ def compare_jobs(
     metric: str | None,
     direction: Direction = "minimize",
     at_step: int | None = None,
+    scores: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per job (their records: ``job_id``, ``status``, ``spec``, ``run_id``,
     ``experiment_id``): its status, config diff against the first (and its command, when that
     differs), and with ``metric`` its latest value and step, its best for ``direction`` and
     with ``at_step`` the value at that step or just before it (else every latest value).
-    A metric that no job logged is refused, naming the metrics they did log."""
+    A metric that no job logged is refused, naming the metrics they did log. ``scores``:
+    the metric's scores per job already read (the results index), else from the histories."""
     if not rows:
         raise InvalidInput("no jobs to compare", hint="pass two or more job ids")
     if at_step is not None and not metric:
@@ -112,7 +114,8 @@ def compare_jobs(
     configs = [r.spec_dict().get("config", {}) for r in rows]
     tracked = {r.run_id: r.experiment_id for r in rows if r.run_id}
     latest_by_run = tracker.latest_many(tracked) if tracked else {}
-    scores = metric_scores(rows, tracker, metric, direction, at_step) if metric else {}
+    if scores is None:
+        scores = metric_scores(rows, tracker, metric, direction, at_step) if metric else {}
     if metric and tracked and not any(scores.values()):
         logged = sorted({k for values in latest_by_run.values() for k in values})
         raise UnknownMetric(

@@ -15,6 +15,7 @@ def crash_point(step: str) -> None:
     """Die as a kill -9 would, if ``AIR_TEST_CRASH_AT`` names ``step`` (tests set it; unset,
     this does nothing). Steps of a launch, in order: ``prepare:intent``, ``prepare:folder``,
     ``prepare:run-made`` (its id not yet noted), ``prepare:run``, ``launch:locked``,
-    ``launch:placed`` (renamed, not committed), ``launch:committed``."""
+    ``launch:placed`` (renamed, not committed), ``launch:committed``. A job's end:
+    ``end:run-ended`` (its MLflow run ended, the results index not yet written)."""
     if settings.get("AIR_TEST_CRASH_AT") == step:
         os.kill(os.getpid(), signal.SIGKILL)

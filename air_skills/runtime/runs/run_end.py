@@ -6,9 +6,11 @@ import threading
 from typing import Any
 
 from air_skills.home import job_dir
+from air_skills.runtime.process.faults import crash_point
 from air_skills.runtime.results.outcomes import Outcome
 from air_skills.runtime.results.summary_block import parse_summary, read_tail
 from air_skills.runtime.runs.job_run import create_from_plan, drop_plan, job_uri, read_plan
+from air_skills.runtime.runs.run_index import index_end
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.status import JobStatus
@@ -50,11 +52,18 @@ def end_run(
             run_id, exp_id = create_from_plan(store.home, row, plan)
             store.set_tracking(row.job_id, run_id, exp_id)
             drop_plan(jdir)
-        MlflowTracker(store.home, job_uri(store.home, jdir, plan)).finish_run(
-            run_id, status.value, values
-        )
+        uri = job_uri(store.home, jdir, plan)
+        MlflowTracker(store.home, uri).finish_run(run_id, status.value, values)
     except Exception as exc:
         message += f" (MLflow run not ended: {str(exc)[:120]})"
+        return message
+    # The run's last values are in: the results index gets its final rows (a failure, or a
+    # kill right here, leaves the job due: the next read catches up from MLflow).
+    crash_point("end:run-ended")
+    try:
+        index_end(store, row.job_id, run_id, uri)
+    except Exception:
+        pass
     return message
 
 

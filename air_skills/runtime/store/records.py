@@ -58,6 +58,7 @@ class JobRecord:
     launched_by: str | None = None  # an identity's name (air mcp-token), or the local user
     run_key: str | None = None  # what runs, hashed (store/dedup.py): no experiment twice
     near_key: str | None = None  # the same without the config's numbers: near-duplicates
+    results_at: float | None = None  # when the results index got its final rows (results_index.py)
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> JobRecord:

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     job_class TEXT,
     launched_by TEXT,
     run_key TEXT,
-    near_key TEXT
+    near_key TEXT,
+    results_at REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 -- The scheduling pass reads the head of the queue in this order (a window, not all of it).
@@ -62,6 +63,9 @@ CREATE INDEX IF NOT EXISTS jobs_launched_by ON jobs(launched_by, status);
 -- No experiment twice (store/dedup.py): the same run, and runs differing only in numbers.
 CREATE INDEX IF NOT EXISTS jobs_run_key ON jobs(run_key) WHERE run_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_near_key ON jobs(near_key) WHERE near_key IS NOT NULL;
+-- Ended jobs whose results the index (store/results_index.py) does not hold yet: a few.
+CREATE INDEX IF NOT EXISTS jobs_results_due ON jobs(seq)
+    WHERE results_at IS NULL AND run_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS gpus (
     idx INTEGER PRIMARY KEY,
     cordoned INTEGER NOT NULL DEFAULT 0,
@@ -145,11 +149,33 @@ CREATE TABLE IF NOT EXISTS batch_jobs (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS batch_jobs_key ON batch_jobs(batch_id, job_id);
 CREATE INDEX IF NOT EXISTS batch_jobs_job ON batch_jobs(job_id);
+-- The results index (store/results_index.py): per job and metric, the final value and step,
+-- whether it is finite, the lowest and highest finite values and steps, the points. Ranked
+-- by the three value columns (latest_value: the final value when finite) over every job.
+CREATE TABLE IF NOT EXISTS results (
+    job_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    final_value REAL,
+    final_step INTEGER NOT NULL,
+    final_finite INTEGER NOT NULL,
+    latest_value REAL,
+    low_value REAL,
+    low_step INTEGER,
+    high_value REAL,
+    high_step INTEGER,
+    points INTEGER NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS results_job ON results(job_id, key);
+CREATE INDEX IF NOT EXISTS results_low ON results(key, low_value, seq);
+CREATE INDEX IF NOT EXISTS results_high ON results(key, high_value, seq);
+CREATE INDEX IF NOT EXISTS results_latest ON results(key, latest_value, seq);
 """
 
 
 RUN_KEYS_SINCE = 9  # the version that added jobs.run_key (store/dedup.py)
-SCHEMA_VERSION = 13  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 14  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:
