@@ -186,19 +186,58 @@ def ls(
         None, "--launched-by", help="only jobs launched by this identity (or local user)"
     ),
     limit: int = typer.Option(50, "--limit", help="the most jobs to list (1-1000)"),
+    metric: Optional[str] = typer.Option(
+        None, "--metric", help="with --best or --latest: rank every matching job by it"
+    ),
+    best: bool = typer.Option(False, "--best", help="rank by the metric's best value"),
+    latest: bool = typer.Option(False, "--latest", help="rank by the metric's latest value"),
+    maximize: bool = typer.Option(False, "--maximize", help="higher is better (default: lower)"),
+    sets: list[str] = typer.Option(
+        [], "--config", help="only jobs whose config has key=value (repeatable)"
+    ),
+    study: Optional[str] = typer.Option(None, "--study", help="only this study's trials"),
+    cursor: Optional[str] = typer.Option(None, "--cursor", help="the next page's cursor"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first; with --metric M --best (or --latest), a leaderboard of every
+    matching job, best first (the results index: however many jobs there are)."""
     check_range("--limit", limit, 1, 1000)
-    page = client().list(
+    if (best or latest or sets or study) and not metric:
+        raise InvalidInput(
+            "--best, --latest, --config and --study rank jobs by a metric",
+            hint="add --metric val_loss (and --best)",
+        )
+    direction = "maximize" if maximize else "minimize"
+    order_by = "latest" if latest else "best" if (best or metric) else None
+    config = {k: parse_value(v) for k, v in split_sets(sets, "--config").items()} if sets else None
+    c = client()
+    page = c.list(
         status=status,
         experiment=experiment,
         limit=limit,
+        cursor=cursor,
         project=project,
         launched_by=launched_by,
+        metric=metric,
+        order_by=order_by,
+        direction=direction,  # type: ignore[arg-type]
+        config=config,
+        study=study,
     )
+    scores = c.scores([i.job_id for i in page.items], metric, direction) if metric else {}  # type: ignore[arg-type]
     if as_json:
-        emit_json(page.items)
+        if metric:  # each job with its score (latest, best, their steps, finite)
+            from air_skills.runtime.results.finite import json_value
+
+            shown = {j: {k: json_value(v) for k, v in sc.items()} for j, sc in scores.items()}
+            emit_json(
+                [{**i.model_dump(mode="json"), "score": shown.get(i.job_id)} for i in page.items]
+            )
+        else:
+            emit_json(page.items)
+        return
+    if metric:
+        _leaderboard_table(page.items, scores, str(order_by), page.next_cursor, page.total)
         return
     # One line per job, ids whole (`air logs JOB` takes them, or a prefix): in a narrow
     # terminal the name, project and message are cut, never the id, status or time.
@@ -239,6 +278,32 @@ def ls(
     out.print(t)
     if page.next_cursor:
         out.print(f"[dim]more: raise --limit (showing {len(page.items)})[/]")
+
+
+def _leaderboard_table(
+    items: list[Any], scores: dict[str, Any], order_by: str, cursor: str | None, total: int | None
+) -> None:
+    """`air ls --metric M --best`: rank, job, status, the value ranked by, its step, name."""
+    from air_skills.runtime.results.finite import show_value
+
+    t = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
+    for col in ("#", "job", "status", order_by, "step", "latest", "name"):
+        t.add_column(col, no_wrap=True, overflow="ellipsis")
+    for n, i in enumerate(items, 1):
+        sc = scores.get(i.job_id) or {}
+        step = sc.get("best_step" if order_by == "best" else "step")
+        t.add_row(
+            plain(n),
+            plain(i.job_id),
+            status_text(i),
+            plain(show_value(sc.get(order_by))),
+            plain("-" if step is None else step),
+            plain(show_value(sc.get("latest"))),
+            plain(_cut(i.name, 40)),
+        )
+    out.print(t)
+    if cursor:
+        out.print(f"[dim]{len(items)} of {total}: next page with --cursor {cursor}[/]")
 
 
 def _cut(text: str, width: int) -> str:
