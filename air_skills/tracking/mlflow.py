@@ -28,6 +28,19 @@ RUN_STATUS = {
 }
 
 
+ARTIFACTS_DIR = "mlartifacts"  # under AIR_HOME: every experiment air creates keeps them there
+
+
+def _folder_name(name: str) -> str:
+    """An experiment's artifact folder: its name made safe, and a digest (names may collide
+    once made safe)."""
+    import hashlib
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:60] or "experiment"
+    return f"{safe}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
 def tracking_uri(home: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{home / 'mlflow.db'}"
 
@@ -121,13 +134,20 @@ class MlflowTracker:
                 exp = client.get_experiment_by_name(name)
                 if exp is not None:
                     return exp.experiment_id
-                return client.create_experiment(name)
+                return client.create_experiment(name, artifact_location=self.artifact_root(name))
         except Exception:
             # Another process created it between our read and our write: use theirs.
             exp = client.get_experiment_by_name(name)
             if exp is None:
                 raise
             return exp.experiment_id
+
+    def artifact_root(self, name: str) -> str | None:
+        """Where experiment ``name``'s artifacts go: under AIR_HOME (never ``./mlruns`` of
+        whatever folder the first run started from); None for a tracking server (its root)."""
+        if self.uri.startswith(("http://", "https://", "databricks")):
+            return None
+        return (self.home / ARTIFACTS_DIR / _folder_name(name)).resolve().as_uri()
 
     def create_run(
         self,

@@ -69,6 +69,10 @@ RESERVED_ENV = frozenset(
 KEPT_FILES = (LAUNCH_ENV, JOB_ENV, "code.json", "code.patch", FOLDER_RECORD)
 
 
+# Leads a tracked job's PYTHONPATH: its sitecustomize keeps mlflow.set_experiment() working
+JOB_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_site")
+
+
 def is_reserved(name: str) -> bool:
     """Whether a job's own ``env`` may not set ``name`` (see RESERVED_ENV)."""
     return name in RESERVED_ENV or name.startswith("AIR_")
@@ -219,6 +223,11 @@ def command_launch(
     # The values travel in the job's folder, owner-only (the store keeps only the names).
     own = read_job_env(jdir)
     env.update(user_env(own if own is not None else spec.get("env") or {}))
+    if row.run_id and not spec.get("image"):  # MLflow habits kept (job_site/sitecustomize.py)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [JOB_SITE, env.get("PYTHONPATH")]))
+    if sandboxed and not env.get("WANDB_API_KEY") and "WANDB_MODE" not in env:
+        # wandb.init() without a granted key: offline, into the job's folder, not a failure
+        env.update({"WANDB_MODE": "offline", "WANDB_DIR": os.fspath(jdir)})
     # A snapshot job runs in its own view of the code (job_code.materialize wrote code.json).
     cwd = spec.get("workdir") or None
     # Only a snapshot job has code.json (and only an image job a container record): a read

@@ -25,6 +25,7 @@ from typing import Any
 from air_skills.job_folder import JobFolder, open_at
 
 RELAY_DIR = "mlruns"
+JOB_TAGS = "air.asked_experiment"  # an air.* tag the job itself sets (job_site/sitecustomize.py)
 OFFSETS = ".relay.json"  # what was forwarded already (a later attempt goes on from there)
 INTERVAL_S = 0.2
 _BATCH = 900  # MLflow takes up to 1,000 metrics per log_batch
@@ -198,7 +199,8 @@ class MetricRelay:
         tags = [
             RunTag(k, v)
             for k, v in self._new("tags", "t:")
-            if not k.startswith(("mlflow.", "air."))  # the runtime's own tags stay its own
+            # the runtime's own tags stay its own; the job's asked experiment is the job's say
+            if not k.startswith(("mlflow.", "air.")) or k == JOB_TAGS
         ]
         if metrics or params or tags:
             client = self._mlflow()
