@@ -13,6 +13,7 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.errors import NotFound, StoreError
+from air_skills.job_folder import write_in
 
 JOB_ID_RE = re.compile(r"^job-[0-9a-f]{10}$")
 
@@ -221,12 +222,14 @@ def read_job_json(path: str | os.PathLike[str], max_bytes: int = MAX_JOB_FILE_BY
 
 
 LAUNCH_ENV = "env.json"  # in the job's folder: the environment it was launched from
+# A file air writes in a job's folder: never through a link left at its name (job_folder.py).
+_WRITE_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def write_launch_env(jdir: Path, environ: Mapping[str, str]) -> None:
     """Save what the job keeps of its launcher's environment (job_env.launch_environment: no
     secret of the launcher's; owner-only all the same)."""
-    fd = os.open(jdir / LAUNCH_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(jdir / LAUNCH_ENV, _WRITE_NEW, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(dict(environ), f)
 
@@ -236,10 +239,8 @@ FOLDER_RECORD = "record.json"  # in the job's folder: what rebuilds its record i
 
 def write_folder_record(jdir: Path, record: dict[str, object]) -> None:
     """Keep the job's record (spec without env values) in its folder; skipped without one."""
-    tmp = jdir / f".{FOLDER_RECORD}.{os.getpid()}.tmp"
-    try:  # a temp file renamed over it: a FIFO put in its place is replaced, not waited on
-        tmp.write_text(json.dumps(record, separators=(",", ":")))
-        os.replace(tmp, jdir / FOLDER_RECORD)
+    try:  # a fresh temp file renamed over it: a FIFO or link in its place is replaced
+        write_in(jdir, FOLDER_RECORD, json.dumps(record, separators=(",", ":")))
     except OSError:
         pass  # no folder (a record made without one): nothing to rebuild it from
 
@@ -249,7 +250,7 @@ JOB_ENV = "job_env.json"  # in the job's folder: the values of the spec's ``env`
 
 def write_job_env(jdir: Path, env: dict[str, str]) -> None:
     """Save the values of a job's own ``env`` (owner-only: API keys): the store keeps names."""
-    fd = os.open(jdir / JOB_ENV, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(jdir / JOB_ENV, _WRITE_NEW, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(env, f)
 

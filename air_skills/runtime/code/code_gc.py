@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills import settings
+from air_skills.job_folder import JobFolder
 from air_skills.runtime.code.job_code import SHARED_VIEWS, VIEW_DIR
 from air_skills.runtime.code.snapshot_store import code_root, store_lock
 from air_skills.runtime.store.store import Store
@@ -87,11 +88,17 @@ def collect(home: Path, dry_run: bool = False, now: float | None = None) -> dict
                 if _age_s(path, now) >= GRACE_S:
                     _remove(path, report, "", dry_run)
         for job_id in old_views:
-            view = home / "jobs" / job_id / VIEW_DIR
-            if view.is_dir():
-                report["views_removed"] += 1
-                if not dry_run:
-                    shutil.rmtree(view, ignore_errors=True)
+            # The view lies in the job's folder, the job's to write: looked at and removed by
+            # descriptor (a link the job put there is removed, never followed).
+            try:
+                jobs = JobFolder.open(home / "jobs" / job_id)
+            except (OSError, ValueError):
+                continue
+            with jobs:
+                if jobs.is_dir(VIEW_DIR):
+                    report["views_removed"] += 1
+                    if not dry_run:
+                        jobs.remove(VIEW_DIR)
     finally:
         store.close()
     return report

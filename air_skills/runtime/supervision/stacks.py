@@ -9,7 +9,6 @@ all_reduce (distributed_c10d.py:2806) from train.py:12; rank 0 in train.py:9 <mo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.home import open_job_file
+from air_skills.job_folder import write_in
 
 PY_SPY_TIMEOUT_S = 10.0
 # torch.distributed calls that wait for the other ranks: a rank stuck in one is waiting for a
@@ -263,17 +263,8 @@ def main_frames(stacks: list[ProcessStack]) -> dict[int, list[list[Any]]]:
 def write_new(path: Path, text: str) -> bool:
     """Write ``text`` as ``path`` in a job's folder, which the job may write too: a fresh file
     (never opened through a link the job left there) renamed over whatever had the name."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        fd = os.open(tmp, flags, 0o644)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_in(path.parent, path.name, text)  # job_folder.py: O_EXCL|O_NOFOLLOW, renameat
     except OSError:
         return False
     return True
