@@ -82,6 +82,6 @@ def _tail(log_path: str | None) -> str:
     try:
         with os.fdopen(open_job_file(log_path), "rb") as f:  # never waits on a FIFO
             f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
+            return f.read(TAIL_BYTES).decode("utf-8", "replace")  # grown since: not past it
     except OSError:
         return ""

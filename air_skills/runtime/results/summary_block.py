@@ -54,6 +54,6 @@ def read_tail(path: str, max_bytes: int = 64 * 1024) -> str:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - max_bytes))
-            return f.read().decode("utf-8", "replace")
+            return f.read(max_bytes).decode("utf-8", "replace")  # grown since: not past it
     except OSError:
         return ""
