@@ -27,6 +27,21 @@ def ray_bin_path(bindir: str) -> str:
     return ray_bin if os.path.exists(ray_bin) else "ray"
 
 
+# `ray start --node-ip-address 127.0.0.1` swaps a loopback address for the machine's network
+# address (ray._private.services.resolve_ip_for_localhost); the GCS and raylet then listen on
+# every interface and the client server and agents on that address. Kept as given, every
+# server binds 127.0.0.1 (Ray binds loopback only when its node IP is 127.0.0.1).
+_KEEP_LOOPBACK = (
+    "import sys; import ray._private.services as s; s.resolve_ip_for_localhost = lambda h: h;"
+    " from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"
+)
+
+
+def ray_start_argv(*args: str) -> list[str]:
+    """argv of ``ray start ARGS`` from this Python, keeping a loopback --node-ip-address."""
+    return [sys.executable, "-c", _KEEP_LOOPBACK, "start", *args]
+
+
 def ray_env(bindir: str, extra: dict[str, str]) -> dict[str, str]:
     """This process's environment without AIR's, MLflow's or another cluster's address."""
     env = {
@@ -46,7 +61,7 @@ def ray_env(bindir: str, extra: dict[str, str]) -> dict[str, str]:
 
 
 class LocalRayHead:
-    """A single-node Ray head with fake GPUs, its dashboard on 127.0.0.1, on free ports.
+    """A single-node Ray head with fake GPUs, every server of it on 127.0.0.1, on free ports.
 
     Runs ``ray start --head --block`` in its own session with a private temp dir; ``stop``
     signals exactly the processes it started (``ray stop`` would stop every Ray on the box).
@@ -74,10 +89,9 @@ class LocalRayHead:
         self.gcs_port = free_port()
         dash = free_port()
         bindir = os.path.dirname(sys.executable)
-        ray_bin = ray_bin_path(bindir)
         env = ray_env(bindir, self.extra_env)
-        argv = [
-            ray_bin, "start", "--head", "--block", "--disable-usage-stats",
+        argv = ray_start_argv(
+            "--head", "--block", "--disable-usage-stats",
             "--node-ip-address", "127.0.0.1",
             "--num-gpus", str(self.num_gpus), "--num-cpus", str(self.num_cpus),
             "--port", str(self.gcs_port),
@@ -86,7 +100,7 @@ class LocalRayHead:
             "--dashboard-agent-listen-port", str(free_port()),
             "--object-store-memory", str(self.object_store_mb * 2**20),
             "--temp-dir", self.temp_dir,
-        ]  # fmt: skip
+        )  # fmt: skip
         out = open(Path(self.temp_dir) / "head.out", "wb")
         self.proc = subprocess.Popen(
             argv,

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from air_skills.testing.ray_head import LocalRayHead, free_port, ray_bin_path, ray_env
+from air_skills.testing.ray_head import LocalRayHead, free_port, ray_env, ray_start_argv
 
 
 class LocalRayNode:
@@ -31,14 +31,14 @@ class LocalRayNode:
         """Join the head and wait until it counts one more ALIVE node."""
         before = self._alive_nodes()
         bindir = os.path.dirname(sys.executable)
-        argv = [
-            ray_bin_path(bindir), "start", "--block", "--disable-usage-stats",
+        argv = ray_start_argv(
+            "--block", "--disable-usage-stats",
             "--address", f"127.0.0.1:{self.head.gcs_port}",
             "--node-ip-address", "127.0.0.1",
             "--num-gpus", str(self.num_gpus), "--num-cpus", str(self.num_cpus),
             "--dashboard-agent-listen-port", str(free_port()),
             "--object-store-memory", str(self.head.object_store_mb * 2**20),
-        ]  # fmt: skip
+        )  # fmt: skip
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen(
                 argv,

@@ -57,7 +57,10 @@ class LocalSlurmCluster:
             (r / sub).mkdir(exist_ok=True)
         lines = [
             "ClusterName=airtest",
-            f"SlurmctldHost={self.host}",
+            # every daemon on 127.0.0.1 only: the controller at the loopback address, the node
+            # reached there, and neither bound to any address (Slurm's default is 0.0.0.0)
+            f"SlurmctldHost={self.host}(127.0.0.1)",
+            "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny",
             "ProctrackType=proctrack/pgid",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
@@ -82,8 +85,8 @@ class LocalSlurmCluster:
             "SlurmdTimeout=10",
             "SchedulerParameters=sched_interval=1",
             "PriorityType=priority/basic",
-            f"NodeName={self.host} CPUs={self.cpus} RealMemory=4000 Gres=gpu:{self.gpus}"
-            " State=UNKNOWN",
+            f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000"
+            f" Gres=gpu:{self.gpus} State=UNKNOWN",
             f"PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP",
         ]
         self.conf.write_text("\n".join(lines) + "\n")

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import free_port
 from synthetic_study import write_journal
-from web_helpers import TOKENS, get_json, http, serving, with_token
+from web_helpers import PIDS, TOKENS, get_json, http, serving, with_token
 
 pytestmark = pytest.mark.slow
 
@@ -134,6 +134,16 @@ def test_on_loopback_every_request_needs_the_printed_token(studies: Path) -> Non
         # another page's cookie (another port) is not this one's
         other = {"Cookie": f"air_token_1={TOKENS[base]}"}
         assert http(base + "/api/studies", headers=other)[0] == 401
+
+
+def test_the_page_listens_on_loopback_only(studies: Path) -> None:
+    """Issue 37.14: every service the suite starts binds loopback only."""
+    from listening import beyond_loopback, listening, process_tree
+
+    with serving(studies) as base:
+        tree = process_tree(PIDS[base])
+        assert [p for _, p, _, _ in listening(tree)] == [int(base.rsplit(":", 1)[1])]
+        assert not beyond_loopback(tree)
 
 
 def test_a_state_change_from_another_origin_is_refused_even_with_the_cookie(

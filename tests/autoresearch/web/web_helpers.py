@@ -18,6 +18,7 @@ from pathlib import Path
 from helpers import free_port, wait_until
 
 TOKENS: dict[str, str] = {}  # base URL of a page `serving` started -> the token it printed
+PIDS: dict[str, int] = {}  # base URL -> the server's pid
 
 
 def token_of(url: str) -> str | None:
@@ -79,7 +80,7 @@ def serving(
         found = re.search(r"study page: \S+\?token=(\S+)", "".join(lines))
         if not found:
             return False
-        TOKENS[base] = found.group(1)
+        TOKENS[base], PIDS[base] = found.group(1), proc.pid
         try:
             return http(base + "/api/studies")[0] == 200
         except OSError:
@@ -90,6 +91,7 @@ def serving(
         yield base
     finally:
         TOKENS.pop(base, None)
+        PIDS.pop(base, None)
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=10)
