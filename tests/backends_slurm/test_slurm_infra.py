@@ -79,6 +79,24 @@ def test_an_nccl_signature_in_the_log_is_an_infra_retry_noted_in_air_gpus(
 
 
 @pytest.mark.slow
+def test_an_attempt_that_ended_before_air_saw_it_run_is_counted(slurm, slurm_client, tmp_path):
+    """Issue 37.15, the cause of the flaky test above: at load, the first attempt ran and failed
+    between two of air's looks; its record was still QUEUED, so the retry went uncounted (no
+    requeue) and the job ended SUCCEEDED with infra_retries 0."""
+    info = slurm_client.launch(_flaky(tmp_path, WATCHDOG))
+    sid = slurm_client.store.row(info.job_id).backend_ref.split(":", 1)[1]
+    # Slurm's own view only: nothing of air looks until the attempt has ended
+    ended = wait_until(lambda: (j := commands.show(sid)) and j.state == "FAILED", timeout_s=90)
+    assert ended and slurm_client.store.row(info.job_id).status == "QUEUED"
+    done = _done(slurm_client, info.job_id)
+    row = slurm_client.store.row(info.job_id)
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    assert row.infra_retries == 1 and row.user_retries == 0 and row.attempts == 2
+    kinds = [e["kind"] for e in slurm_client.store.events(info.job_id)]
+    assert kinds.count("requeued-infra") == 1 and kinds.count("slurm-submitted") == 2
+
+
+@pytest.mark.slow
 def test_a_node_drained_under_a_failed_job_is_an_infra_retry(slurm, slurm_client, tmp_path):
     info = slurm_client.launch(_flaky(tmp_path, "lost my node?", wait=True))
     wait_until((tmp_path / "marker").exists, timeout_s=90)

@@ -19,6 +19,8 @@ runner's ``slurm-exit.json`` settles it. An unreachable controller changes nothi
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
 
 SUBMIT_GRACE_S = 60.0  # a record with no Slurm id yet is left alone this long
+RECONCILE_LOCK = "slurm-reconcile.lock"  # in AIR_HOME: one reconciling process at a time
 DONE = "slurm.done"
 
 
@@ -53,10 +56,27 @@ def read_exit(jdir: Path) -> dict[str, Any] | None:
 
 
 def reconcile(rt: LaunchContext) -> int:
-    """Bring live Slurm records in line with Slurm. Returns how many changed."""
+    """Bring live Slurm records in line with Slurm. Returns how many changed.
+
+    One process at a time per home (the others skip: the next look catches up): two that both
+    saw an attempt end would otherwise both submit the next one, and the loser's copy, cancelled
+    once the winner's id is recorded, may already have run (issue 37.15)."""
     rows = rt.store.rows("WHERE backend='slurm' AND status IN ('QUEUED','RUNNING') ORDER BY seq")
     if not rows:
         return 0
+    fd = os.open(rt.home / RECONCILE_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0
+        return _reconcile(rt)
+    finally:
+        os.close(fd)
+
+
+def _reconcile(rt: LaunchContext) -> int:
+    rows = rt.store.rows("WHERE backend='slurm' AND status IN ('QUEUED','RUNNING') ORDER BY seq")
     ids = [i for r in rows if (i := slurm_id_of(r.backend_ref))]
     lost = frozenset(job_name(r.job_id) for r in rows if not r.backend_ref)
     seen = commands.queue(ids, lost)
@@ -237,13 +257,40 @@ def _resubmit(
     code: int | None = None,
     exclude: list[str] | None = None,
 ) -> int:
-    """Requeue the record (only one process wins) and submit the next attempt."""
-    if row.status == "RUNNING" and not rt.store.requeue(
-        row.job_id, message=message, kind=kind, exit_code=code
-    ):
-        return 0
+    """Count the ended attempt's retry once (only one process wins) and submit the next.
+
+    An attempt that ran and ended between two looks was never seen RUNNING: its record is
+    still QUEUED. It is an attempt all the same (issue 37.15: it went uncounted, so a job that
+    failed once and then succeeded showed no retry): marked run, then requeued, in one
+    transaction that checks the record still names that attempt and has not counted it.
+    """
+    with rt.store.tx() as c:
+        fresh = rt.store.row_in(c, row.job_id)
+        if fresh is None or fresh.backend_ref != row.backend_ref:
+            return 0  # another process moved on to the next attempt
+        if fresh.status == "QUEUED" and not _counted(rt, fresh):
+            rt.store.mark_running(c, row.job_id, [], fresh.cpus or 1, False)
+            fresh = rt.store.row_in(c, row.job_id)
+        if fresh is not None and fresh.status == "RUNNING":
+            if not rt.store.requeue(row.job_id, message=message, kind=kind, exit_code=code, c=c):
+                return 0
+        elif fresh is None or fresh.status != "QUEUED":
+            return 0
     submit(rt, _reread(rt, row), spec, exclude)
     return 1
+
+
+def _counted(rt: LaunchContext, row: JobRecord) -> bool:
+    """Whether the end of the record's current Slurm attempt was counted already (requeued
+    after it was submitted: its next submission then failed, and is due again)."""
+    sid = slurm_id_of(row.backend_ref)
+    counted = False
+    for e in rt.store.events(row.job_id):
+        if e["kind"] in ("slurm-submitted", "slurm-adopted") and e["message"].endswith(f" {sid}"):
+            counted = False
+        elif e["kind"].startswith("requeued-"):
+            counted = True
+    return counted
 
 
 def _bad_nodes(rt: LaunchContext, row: JobRecord) -> list[str]:
