@@ -135,6 +135,20 @@ _TABLE = (
         "seconds the end-of-job re-check of data inputs may take; past them it stops as above",
         "a number of seconds >= 0", _at_least(0),
     ),
+    Setting(
+        "AIR_JOB_DISK_GB", "float", None,
+        "GB a job's folder (checkpoints, outputs, logs, its relayed MLflow store) may hold, as"
+        " allocated blocks (a sparse file counts what it holds), polled by its supervisor: past"
+        " it the job is stopped and FAILED with `disk: wrote past its cap`; a spec's `disk_gb`"
+        " wins. Its private /tmp is a tmpfs of this size too",
+        "a number of GB > 0", _positive, default_text="unset: no cap (/tmp: half the memory)",
+    ),
+    Setting(
+        "AIR_DISK_RESERVE_MB", "float", 512.0,
+        "MB air keeps free for its own state on the disk that holds AIR_HOME: a launch is"
+        " refused `[disk-full]` below it (with what `air gc` would free)",
+        "a number of MB >= 0", _at_least(0),
+    ),
     # --- GPUs and health ------------------------------------------------------------------
     Setting(
         "AIR_SIMULATED_GPUS", "int", None,

@@ -23,7 +23,7 @@ from air_skills.polling import backoff
 from air_skills.runtime.launch import duplicates
 from air_skills.runtime.launch.launch_check import check_command, refuse
 from air_skills.runtime.launch.orphans import sweep_orphans
-from air_skills.runtime.launch.prepare import LaunchContext
+from air_skills.runtime.launch.prepare import LaunchContext, check_reserve
 from air_skills.runtime.store.identities import Identity
 from air_skills.runtime.store.job_ids import resolve_job_id
 from air_skills.runtime.store.records import JobRecord
@@ -141,6 +141,8 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
         problems = check_command(spec, snapshot) if dry_run or spec.check_command else []
         if problems and (strict or not dry_run):  # `pyhton`, `trian.py`: refused, none queued
             raise refuse(problems, dry_run)
+        if not dry_run:  # under AIR_DISK_RESERVE_MB: refused before a snapshot is written
+            check_reserve(self.home)
         try:
             info = self.backend(spec.backend).launch(spec, dry_run=dry_run)
         except AirError as exc:

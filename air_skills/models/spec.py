@@ -182,6 +182,12 @@ class JobSpec(_Strict):
         default_factory=list,
         description="folders (under AIR_DATA_ROOTS) a sandboxed job may write besides its own",
     )
+    disk_gb: float | None = Field(
+        default=None,
+        gt=0,
+        description="GB its folder (checkpoints included) may hold, as allocated blocks; past"
+        " it the job is stopped and FAILED (default AIR_JOB_DISK_GB: none)",
+    )
     network: bool = Field(default=True, description="false: a sandboxed job has no network")
     check_command: bool = Field(
         default=True,

@@ -84,6 +84,7 @@ def prepare_job(
     launch then claims a spare run, or makes none here unless ``ctx.make_runs_here``.
     """
     data = list(data)
+    check_reserve(ctx.home)  # a job that filled the disk leaves air room for its own state
     job_id = new_job_id()
     final = ctx.job_dir(job_id)
     job = PreparedJob(job_id, launch_intent.build_dir(ctx.home, job_id), final, name)
@@ -165,6 +166,36 @@ def discard_prepared(ctx: LaunchContext, job: PreparedJob) -> None:
 
 
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def check_reserve(home: Path) -> None:
+    """Refuse a launch (``disk-full``) when the disk holding AIR_HOME has less free than
+    AIR_DISK_RESERVE_MB: what is left is air's, for its store and the running jobs' records.
+    The refusal says what ``air gc`` would free."""
+    from air_skills import settings
+
+    reserve_mb = float(settings.get("AIR_DISK_RESERVE_MB"))
+    try:
+        free = shutil.disk_usage(home).free
+    except OSError:
+        return
+    if free >= reserve_mb * 1e6:
+        return
+    try:
+        from air_skills.runtime.code.code_gc import collect
+
+        freed = f"`air gc` would free {collect(home, dry_run=True)['bytes_freed'] / 1e6:.1f} MB"
+    except Exception:  # the estimate is a courtesy: the refusal stands without it
+        freed = "`air gc --dry-run` says what it would free"
+    raise StoreError(
+        f"the disk holding {home} has {free / 1e6:.0f} MB free, under the {reserve_mb:g} MB air"
+        " keeps for its own state (AIR_DISK_RESERVE_MB); nothing was launched",
+        code="disk-full",
+        hint=f"free space: {freed}; remove old job folders or outputs (`df -h`, `du -sh"
+        f" {home}/jobs/*`), or cap jobs with disk_gb / AIR_JOB_DISK_GB, then retry",
+        path=os.fspath(home),
+        free_mb=round(free / 1e6),
+    )
 
 
 @contextmanager

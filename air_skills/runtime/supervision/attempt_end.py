@@ -25,7 +25,7 @@ from air_skills.runtime.runs.job_run import RunWork
 from air_skills.runtime.runs.run_end import end_run
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
-from air_skills.runtime.supervision import gpu_checks, stall
+from air_skills.runtime.supervision import disk_cap, gpu_checks, stall
 from air_skills.runtime.supervision.data_recheck import DataRecheck
 
 
@@ -44,6 +44,7 @@ class AttemptEndMixin:
     timed_out: bool
     late: str | None
     stalled: stall.Stall | None
+    over_disk: str | None
     stall_watch: stall.StallWatch | None
     _warm: RunWork | None
     _recheck: DataRecheck | None
@@ -80,6 +81,9 @@ class AttemptEndMixin:
             return
         if self.stall_watch is not None:
             self.stall_watch.finish()
+        if self.over_disk is not None and stop is None and not faults:  # past its disk cap
+            self._record(disk_cap.outcome(self.over_disk, row, self.spec))
+            return
         if self.stalled is not None and stop is None and not faults:  # it stopped moving
             jdir = job_dir(self.home, self.job_id)
             ready = self._warm.ready if self._warm is not None else None

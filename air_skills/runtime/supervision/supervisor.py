@@ -32,7 +32,7 @@ from typing import Any
 
 from air_skills import settings
 from air_skills.gpu.providers import GpuFault, provider
-from air_skills.home import job_dir
+from air_skills.home import job_dir, read_launch_env
 from air_skills.runtime.containers import container
 from air_skills.runtime.execution import sandbox_ahead
 from air_skills.runtime.execution.launch_env import command_launch
@@ -51,7 +51,7 @@ from air_skills.runtime.scheduling import passes
 from air_skills.runtime.scheduling.spawn import IDLE, prestart_launch
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
-from air_skills.runtime.supervision import gpu_checks, stall
+from air_skills.runtime.supervision import disk_cap, gpu_checks, stall
 from air_skills.runtime.supervision.attempt_end import AttemptEndMixin
 from air_skills.runtime.supervision.data_recheck import DataRecheck
 from air_skills.runtime.supervision.idle import load_tracking, wait_for_job
@@ -121,6 +121,8 @@ class Supervisor(AttemptEndMixin):
         self.late: str | None = None  # a gang rendezvous timed out (execution/rendezvous.py)
         self.stalled: stall.Stall | None = None  # the job stopped moving (supervision/stall.py)
         self.stall_watch: stall.StallWatch | None = None
+        self.disk: disk_cap.DiskWatch | None = None  # the job's disk cap (disk_cap.py)
+        self.over_disk: str | None = None  # it wrote past its cap
         self._warm: RunWork | None = None
         self._recheck: DataRecheck | None = None
         self._relay: MetricRelay | None = None  # a sandboxed job's metrics (metric_relay.py)
@@ -279,6 +281,9 @@ class Supervisor(AttemptEndMixin):
         self.stall_watch = stall.watch(
             self.home, job_dir(self.home, self.job_id), self.row, self.spec, self.gpus
         )
+        jdir = job_dir(self.home, self.job_id)
+        self.disk = disk_cap.watch(jdir, self.spec, read_launch_env(jdir))
+        self.over_disk = None
         pidfd = signals.pidfd(child.pid)
         try:
             return self._watch_loop(child, deadline, next_health, next_db_check, pidfd)
@@ -324,6 +329,10 @@ class Supervisor(AttemptEndMixin):
                         self.stall_watch, self.store, self.row, self.spec, now, self._pids
                     )
                     if self.stalled is not None:
+                        return self._terminate()
+                if self.disk is not None:
+                    self.over_disk = self.disk.tick(now)
+                    if self.over_disk is not None:
                         return self._terminate()
             if deadline is not None and now >= deadline:
                 self.timed_out = True

@@ -16,7 +16,9 @@ AIR = shutil.which("air") or str(Path(sys.executable).parent / "air")
 
 
 def air(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # No reserve (AIR_DISK_RESERVE_MB): these tests fill the disk for the write that fails.
     env = {**os.environ, "AIR_HOME": str(home), "AIR_SIMULATED_GPUS": "1"}
+    env.setdefault("AIR_DISK_RESERVE_MB", "0")
     return subprocess.run([AIR, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -53,3 +55,23 @@ def test_disk_filling_during_launch_is_named(small_disk: Path, tmp_path: Path) -
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("[disk-full] the disk is full writing ")
     assert str(home) in proc.stderr.splitlines()[0]
+
+
+def test_a_launch_under_the_reserve_is_refused_saying_what_gc_would_free(
+    small_disk: Path,
+) -> None:
+    """Issue 37.10: air keeps AIR_DISK_RESERVE_MB for its own state: a job that filled the
+    disk leaves air room for its records; a launch below it is refused, nothing made."""
+    home = small_disk / "home"
+    assert air(home, "ls").returncode == 0
+    fill(small_disk, leave_kib=1024)  # 1 MiB free, under a 1.5 MB reserve
+    env = {**os.environ, "AIR_HOME": str(home), "AIR_DISK_RESERVE_MB": "1.5"}
+    proc = subprocess.run(
+        [AIR, "launch", "--json", "--", "true"], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["code"] == "disk-full" and "AIR_DISK_RESERVE_MB" in error["message"]
+    assert "`air gc` would free" in error["hint"] and error["context"]["path"] == str(home)
+    assert not [p for p in os.listdir(home / "jobs") if p.startswith("job-")]
+    assert json.loads(air(home, "ls", "--json").stdout) == []  # the store still answers
