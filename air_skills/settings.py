@@ -225,6 +225,12 @@ _TABLE = (
         "a number of megabytes > 0", _positive,
     ),
     Setting(
+        "AIR_HOLDOUT_REUSE_WARN", "int", 5,
+        "autoresearch: a held-out split read by more studies than this is warned about (choosing"
+        " among studies by their held-out results overfits the held-out split too; 0: never)",
+        "a whole number >= 0", _at_least(0),
+    ),
+    Setting(
         "AIR_MAX_INFRA_RETRIES", "int", 3,
         "infra failures (GPU fault, failed preflight, lost supervisor) after which a job is no"
         " longer requeued",
@@ -366,6 +372,8 @@ JOB_ENV: dict[str, str] = {
     "AIR_CONFIG_FILE": "a JSON file holding the job's `config`",
     "AIR_CHECKPOINT_DIR": "a folder kept across retries and preemptions: save checkpoints here",
     "AIR_DATA_DIR": "a folder with one link per data input (`$AIR_DATA_DIR/<name>`)",
+    "AIR_EVAL_SPLIT": "autoresearch trials: `val` during the search, `test` in the final"
+    " re-evaluation's runs of a study with a holdout (only they may read the held-out split)",
     "AIR_ATTEMPT": "the attempt number (raised by each retry or preemption)",
     "AIR_HOME": "the home the job was launched from",
     "AIR_CODE_DIGEST": "the digest of the job's code snapshot (unset with `code: live`)",

@@ -188,6 +188,10 @@ class JobSpec(_Strict):
         description="GB its folder (checkpoints included) may hold, as allocated blocks; past"
         " it the job is stopped and FAILED (default AIR_JOB_DISK_GB: none)",
     )
+    hidden: list[str] = Field(
+        default_factory=list,
+        description="paths a sandboxed job must not see (masked: a study's held-out data)",
+    )
     network: bool = Field(default=True, description="false: a sandboxed job has no network")
     check_command: bool = Field(
         default=True,

@@ -22,6 +22,7 @@ from autoresearch.journal.journal_check import problem
 from autoresearch.spec.safe_read import read_regular
 
 JOURNAL = "journal.jsonl"
+RERUNS = ("baseline", "noise", "confirm", "final")  # sources no proposer round paid for
 HEARTBEAT_S = 30.0
 
 
@@ -78,6 +79,9 @@ class Trial:
     gpu_type: str | None = None
     confirmed: dict[str, Any] | None = None  # mean, std, n, paired of a confirmed candidate
     llm_usd: float = 0.0  # its share of the LLM calls of the round that proposed it
+    final_of: int | None = None  # a final re-evaluation run of this trial (0: the baseline)
+    rule: str | None = None  # the acceptance rule its keep or discard used
+    holdout_leak: bool = False  # it logged the held-out metric during the search (flagged)
 
     @property
     def is_noise(self) -> bool:
@@ -86,7 +90,7 @@ class Trial:
     @property
     def is_candidate(self) -> bool:
         """A trial judged against the best (not a run of the base config, not a re-run)."""
-        return not self.is_noise and self.source != "confirm"
+        return not self.is_noise and self.source not in ("confirm", "final")
 
     def copy(self) -> Trial:
         """A shallow copy (a third of ``copy.copy``'s time: a fork copies every trial)."""
@@ -220,6 +224,10 @@ class StudyState:
     last_error: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     checks: list[dict[str, Any]] = field(default_factory=list)  # loop/waste.py's findings
+    # the final re-evaluation: its plan (final_started) and its result (final_done)
+    final_started: dict[str, Any] | None = None
+    final_done: dict[str, Any] | None = None
+    holdout_reads: int = 0  # runs of this study that read the held-out split
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (event index, why): replay
     sessions: int = 0
     started_ts: float | None = None
@@ -285,8 +293,9 @@ class StudyState:
                 parent=ev.get("parent"),
                 patch_summary=ev.get("patch_summary"),
                 confirms=ev.get("confirms"),
+                final_of=ev.get("final_of"),
             )
-            if self.trials[n].source not in ("baseline", "noise", "confirm") and self._round_usd:
+            if self.trials[n].source not in RERUNS and self._round_usd:
                 self._round.append(n)
                 share = self._round_usd / len(self._round)
                 for k in self._round:
@@ -340,9 +349,18 @@ class StudyState:
             if trial is not None:
                 trial.decision = ev.get("decision")
                 trial.confirmed = ev.get("confirmed") or trial.confirmed
+                trial.rule = ev.get("rule") or trial.rule
             if ev.get("decision") in ("keep", "baseline"):
                 self.best_trial = int(ev["trial"])
                 self.best_value = ev.get("best_value", ev.get("value"))
+        elif kind == "final_started":
+            self.final_started = {k: v for k, v in ev.items() if k not in ("event", "ts")}
+        elif kind == "final_done":
+            self.final_done = {k: v for k, v in ev.items() if k not in ("event", "ts")}
+        elif kind == "holdout_leak" and trial is not None:
+            trial.holdout_leak = True
+        elif kind == "holdout_read":
+            self.holdout_reads += 1
         elif kind == "noise_floor":
             self.noise_values = list(ev.get("values", []))
             self.noise_std = ev.get("std")
@@ -391,6 +409,11 @@ class StudyState:
 
     def ordered(self) -> list[Trial]:
         return [self.trials[n] for n in sorted(self.trials)]
+
+    @property
+    def search_trials(self) -> int:
+        """Trials of the search (``budget.trials`` counts these): not the final re-runs."""
+        return sum(1 for t in self.trials.values() if t.source != "final")
 
     def gpu_hours(self, now: float | None = None) -> float:
         total = 0.0

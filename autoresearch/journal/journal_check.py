@@ -84,6 +84,11 @@ OBJ: Check = (
 )
 STRS: Check = ("a list of strings", lambda v: type(v) is list and all(type(s) is str for s in v))
 NUMS: Check = ("a list of numbers", lambda v: type(v) is list and all(_is_num(x) for x in v))
+NATS: Check = (
+    "a list of non-negative integers",
+    lambda v: type(v) is list and all(NAT[1](x) for x in v),
+)
+LIST: Check = ("a list", lambda v: type(v) is list and _depth_ok(v))
 CURVE: Check = ("a list of [step, value] pairs", _is_curve)
 METRICS: Check = (
     "an object of numbers",
@@ -126,6 +131,7 @@ FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
         "parent": (NAT, OPT),
         "patch_summary": (PATCH_SUMMARY, OPT),
         "confirms": (NAT, OPT),
+        "final_of": (NAT, OPT),
     },
     "code_base": {
         "digest": (STR, REQ),
@@ -178,7 +184,12 @@ FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
         "confirmed": (CONFIRMED, OPT),
         "best_value": (NUM, OPT),
         "value": (NUM, OPT),
+        "rule": (STR, OPT),
     },
+    "final_started": {"finalists": (NATS, REQ), "seeds": (LIST, REQ), "reason": (STR, OPT)},
+    "final_done": {"winner": (NAT, OPT), "configs": (LIST, SET), "reason": (STR, OPT)},
+    "holdout_leak": {"trial": (NAT, REQ), "metric": (STR, OPT)},
+    "holdout_read": {"trial": (NAT, REQ), "split": (STR, OPT), "studies": (NAT, OPT)},
     "noise_floor": {"values": (NUMS, SET), "std": (FINITE, OPT), "floor": (COUNT, OPT)},
     "llm_call": {
         "usd": (COUNT, SET),
@@ -237,7 +248,7 @@ def _trial_problem(ev: dict[str, Any], kind: str, trials: Mapping[int, Trial]) -
     if kind == "proposal":
         if n in trials:
             return f"proposal: trial {n} was already proposed"
-        for key in ("parent", "confirms"):
+        for key in ("parent", "confirms", "final_of"):
             if ev.get(key) is not None and ev[key] not in trials:
                 return f"proposal: {key} {ev[key]} is no trial before it"
         return None

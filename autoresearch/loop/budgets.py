@@ -22,7 +22,7 @@ def duration_estimate_s(state: StudyState) -> float | None:
 def trial_slots(study: Study, state: StudyState, active: int, unlaunched: int) -> int:
     """How many more trials the concurrency and trial budgets allow now (GPUs aside)."""
     slots = study.budget.concurrency - active
-    return min(slots, study.budget.trials - len(state.trials) + unlaunched)
+    return min(slots, study.budget.trials - state.search_trials + unlaunched)
 
 
 def fits_wall_time(study: Study, state: StudyState, now: float) -> bool:
@@ -52,7 +52,7 @@ def budget_stop(
     elif b.gpu_hours and state.gpu_hours(now) >= b.gpu_hours:
         hard = "budget:gpu_hours"
     soft = None
-    if len(state.trials) >= b.trials and not unlaunched:
+    if state.search_trials >= b.trials and not unlaunched:
         soft = "budget:trials"
     elif study.proposer.type == "llm" and state.llm_usd >= b.llm_usd:
         soft = "budget:llm_usd"
@@ -69,7 +69,7 @@ def budget_stop(
 def budget_left(study: Study, state: StudyState, now: float) -> dict[str, str]:
     """Each budget's remainder in words, for the proposer's prompt."""
     b = study.budget
-    left = {"trials": f"{max(0, b.trials - len(state.trials))} of {b.trials} left"}
+    left = {"trials": f"{max(0, b.trials - state.search_trials)} of {b.trials} left"}
     if b.wall_time_min:
         used = state.wall_s_now(now) / 60
         left["wall time"] = (
@@ -89,7 +89,7 @@ def llm_usd_left(study: Study, state: StudyState) -> float:
 def spent(state: StudyState, now: float) -> dict[str, Any]:
     """What the study has used, as the ``stopped`` event records it."""
     return {
-        "trials": len(state.trials),
+        "trials": state.search_trials,
         "best_trial": state.best_trial,
         "best_value": state.best_value,
         "wall_min": round(state.wall_s_now(now) / 60, 3),

@@ -17,8 +17,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from air_skills.vocabulary import better
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
+from autoresearch.loop import accept
 from autoresearch.spec.study_schema import Study
 
 MISSING = object()
@@ -89,12 +89,13 @@ def verdict(t: Trial, study: Study, state: StudyState) -> tuple[str, dict[str, A
     values = [v for v in (t.value, *cand.values()) if v is not None]
     direction = study.objective.direction
     floor = state.noise_floor or 0.0
+    rule = accept.parse(study.accept)
     if common:
-        mean_c = statistics.fmean(cand[s] for s in common)
-        mean_b = statistics.fmean(best[s] for s in common)
+        runs_c, runs_b = [cand[s] for s in common], [best[s] for s in common]
     else:
-        mean_c, mean_b = statistics.fmean(cand.values()), float(state.best_value or 0.0)
-    keep = better(mean_c, mean_b, direction) and abs(mean_c - mean_b) > floor
+        runs_c, runs_b = list(cand.values()), [float(state.best_value or 0.0)]
+    mean_b = statistics.fmean(runs_b)
+    keep = accept.beats_paired(rule, runs_c, runs_b, state.noise_std or 0.0, floor, direction)
     ignored = _seed_ignored(list(cand.values()), list(best.values()), floor)
     stats = {
         "mean": statistics.fmean(values),
@@ -103,6 +104,7 @@ def verdict(t: Trial, study: Study, state: StudyState) -> tuple[str, dict[str, A
         "paired": len(common),
         "best_mean": mean_b,
         "failed_runs": sum(1 for c in extra if c.status != TrialStatus.SUCCEEDED),
+        "rule": str(rule),
     }
     if ignored:
         key = study.noise.seed_key

@@ -8,6 +8,7 @@ from typing import Any
 
 from air_skills.vocabulary import Direction, better
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
+from autoresearch.loop import accept
 from autoresearch.loop.early_stopping import Verdict, median_rule
 from autoresearch.report.hardware import trial_class
 from autoresearch.spec.study_schema import Study
@@ -25,6 +26,7 @@ class Decision:
     # | tampered | incomparable
     confirmed: dict[str, Any] | None = None  # mean, std, n, paired: a confirmed candidate
     best: tuple[int, float | None] | None = None  # the new reference, when this trial sets it
+    rule: str | None = None  # the acceptance rule that judged it (keep | discard)
 
 
 def noise_stats(values: list[float], sigmas: float) -> tuple[float, float]:
@@ -73,12 +75,22 @@ def judging_order(
     return order, floor_known
 
 
-def judge(value: float, best: float | None, floor: float, direction: Direction) -> str:
-    """``keep`` when ``value`` beats ``best`` by more than the noise floor, else ``discard``."""
+def judge(
+    value: float,
+    best: float | None,
+    floor: float,
+    direction: Direction,
+    rule: accept.Rule | None = None,
+    std: float = 0.0,
+) -> str:
+    """``keep`` when ``value`` beats ``best`` under ``rule`` (default: by more than the noise
+    floor), else ``discard``."""
     if best is None:
         return "keep"
-    # the floor is never negative, so "beats it by more than the floor" is these two together
-    return "keep" if better(value, best, direction) and abs(value - best) > floor else "discard"
+    if rule is None or rule.kind == "noise-floor":
+        # the floor is never negative: "beats it by more than the floor" is these two together
+        return "keep" if better(value, best, direction) and abs(value - best) > floor else "discard"
+    return "keep" if accept.beats(rule, value, best, std, floor, direction) else "discard"
 
 
 def decide_trial(t: Trial, study: Study, state: StudyState, floor_known: bool) -> Decision | None:
@@ -89,6 +101,8 @@ def decide_trial(t: Trial, study: Study, state: StudyState, floor_known: bool) -
         return Decision(t.number, UNSUCCESSFUL.get(t.status, "failed"))
     if t.source == "confirm":
         return Decision(t.number, "confirm")
+    if t.source == "final":  # a re-run of the final selection: judged there, not here
+        return Decision(t.number, "final")
     if not floor_known:
         return None
     if t.is_noise:
@@ -103,8 +117,11 @@ def decide_trial(t: Trial, study: Study, state: StudyState, floor_known: bool) -
     assert t.value is not None
     if study.hardware == "same" and off_baseline_class(t, state):
         return Decision(t.number, "incomparable")
-    verdict = judge(t.value, state.best_value, state.noise_floor or 0.0, study.objective.direction)
-    return Decision(t.number, verdict, best=(t.number, t.value) if verdict == "keep" else None)
+    rule = accept.parse(study.accept)
+    verdict = judge(t.value, state.best_value, state.noise_floor or 0.0,
+                    study.objective.direction, rule, state.noise_std or 0.0)  # fmt: skip
+    best = (t.number, t.value) if verdict == "keep" else None
+    return Decision(t.number, verdict, best=best, rule=str(rule))
 
 
 def off_baseline_class(t: Trial, state: StudyState) -> bool:

@@ -28,6 +28,7 @@ from autoresearch.journal.journal import (
     replay,
 )
 from autoresearch.loop import budgets, waste
+from autoresearch.loop.final_phase import FinalPhase
 from autoresearch.loop.launcher import TrialLauncher
 from autoresearch.loop.mirror import StudyMirror
 from autoresearch.loop.prior import with_base_job
@@ -71,7 +72,7 @@ class LoopResult:
     state: StudyState
 
 
-class StudyLoop(TrialLauncher, TrialWatch, SlotFilling):
+class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
     """Runs one study in one folder. ``run()`` returns when a budget is spent or a stop is
     requested; it raises on a study that cannot go on (a bad metric, a refused API key)."""
 
@@ -137,7 +138,9 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling):
             with contextlib.suppress(ValueError):  # not the main thread: no handler
                 signal.signal(signal.SIGTERM, _raise_interrupt)
             try:
-                reason = self._loop()
+                started = self.state.final_started  # killed in the final re-evaluation
+                reason = started.get("reason", "done") if started else self._loop()
+                self._final_phase(reason)
             except KeyboardInterrupt:
                 self.emit("session_ended", reason="interrupted")
                 self.log("interrupted: trials still running go on; resume with --resume")
@@ -209,7 +212,7 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling):
         )
         unavailable = getattr(self._proposer, "unavailable", None)  # its fallback proposes
         for warning in ([unavailable] if unavailable else []) + (
-            budget_warning(self.study) if not events else []
+            [*self.study.notes, *budget_warning(self.study)] if not events else []
         ):
             self.emit("warning", message=warning)  # before the first trial: it can still be fixed
             self.log(f"warning: {warning}")

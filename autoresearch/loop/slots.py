@@ -56,7 +56,8 @@ class SlotFilling:
         return max(slots, 0)
 
     def _unlaunched(self) -> list[Trial]:
-        return self.state.by_status(TrialStatus.PROPOSED)
+        # the final re-evaluation's runs are launched by final_phase, never by the search
+        return [t for t in self.state.by_status(TrialStatus.PROPOSED) if t.source != "final"]
 
     def _fill(self) -> int:
         """Launch as many trials as there are free slots; returns how many were launched."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -44,6 +45,7 @@ def trial_spec(study: Study, state: StudyState, t: Trial, gpus: int) -> Any:
     }
     if state.parent_run_id:
         tags["mlflow.parentRunId"] = state.parent_run_id
+    held_out = eval_split(study, t) == "test"
     return JobSpec(
         command=trial_command(study.command),
         name=f"{study.name}-t{t.number}",
@@ -54,12 +56,14 @@ def trial_spec(study: Study, state: StudyState, t: Trial, gpus: int) -> Any:
         procs=study.procs_per_trial,
         experiment=study.experiment_name,
         tags=tags,
-        env=dict(study.env),
+        env={**study.env, "AIR_EVAL_SPLIT": eval_split(study, t)},
         timeout_min=study.trial_timeout_min,
         max_retries=0,
         idempotency_key=f"ar-{state.study_id}-t{t.number}-a{t.attempt + 1}",
         project=study.project,
-        data=study.data,
+        # the held-out inputs: bound into the final re-evaluation's runs, masked in the search's
+        data=[*study.data, *study.holdout_data] if held_out else study.data,
+        hidden=[] if held_out else holdout_paths(study),
         image=study.image,
         network=study.network,
         writable=list(study.writable),
@@ -68,12 +72,25 @@ def trial_spec(study: Study, state: StudyState, t: Trial, gpus: int) -> Any:
     )
 
 
+def eval_split(study: Study, t: Trial) -> str:
+    """``AIR_EVAL_SPLIT`` of trial ``t``: ``test`` only in a final re-evaluation run of a study
+    with a holdout (the held-out metric exists only after the search), else ``val``."""
+    return "test" if t.source == "final" and study.objective.holdout is not None else "val"
+
+
+def holdout_paths(study: Study) -> list[str]:
+    """The held-out inputs' real paths (relative ones against the workdir)."""
+    return [os.path.realpath(os.path.join(study.workdir, d.path)) for d in study.holdout_data]
+
+
 def study_sandbox(study: Study) -> str | None:
     """The trials' sandbox: as the study says; else `on` for a local code study (protected
-    files or an evaluator: its winner must be real), else None (AIR_SANDBOX decides)."""
+    files or an evaluator: its winner must be real) or one with held-out data (the search must
+    not read it), else None (AIR_SANDBOX decides)."""
     if study.sandbox is not None:
         return study.sandbox
     code = study.code is not None and (bool(study.code.protected) or study.evaluate is not None)
+    code = code or bool(study.holdout_data)
     return "on" if code and study.backend in (None, "local") else None
 
 

@@ -49,6 +49,7 @@ class TrialWatch:
     hard_stop: str | None
     metric_seen: bool
     curve_warned: bool
+    _holdout: Callable[[Trial, dict[str, Any]], None]  # final_phase.FinalPhase's
 
     def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
         raise NotImplementedError
@@ -206,6 +207,7 @@ class TrialWatch:
         self.metric_seen = self.metric_seen or outcome.metric_seen
         if fields.get("status") == TrialStatus.SUCCEEDED.value and self.study.evaluate:
             self._evaluate(t, fields)
+        self._holdout(t, fields)  # the held-out metric: flagged in the search, read at the end
         if outcome.no_curve and not self.curve_warned:
             self.curve_warned = True
             self.emit(
@@ -299,7 +301,7 @@ class TrialWatch:
             return screen
         if not confirm.confirmations(self.state, t.number):
             planned = confirm.runs(t, self.study)
-            if len(self.state.trials) + len(planned) > self.study.budget.trials:
+            if self.state.search_trials + len(planned) > self.study.budget.trials:
                 self.emit("warning", message=f"trial {t.number} kept unconfirmed: no trial"
                           " budget left for its confirmation runs")  # fmt: skip
                 return screen
@@ -316,7 +318,7 @@ class TrialWatch:
         if verdict == confirm.SEED_IGNORED:  # a fixed seed: said, never kept
             self.emit("warning", message=f"trial {t.number} not kept: {stats['reason']}")
         best = (t.number, stats["mean"]) if verdict == "keep" else None
-        return decisions.Decision(t.number, verdict, best=best, confirmed=stats)
+        return decisions.Decision(t.number, verdict, best=best, confirmed=stats, rule=stats["rule"])
 
     def _decision(self, t: Trial, decision: decisions.Decision) -> None:
         best = decision.best
@@ -330,6 +332,7 @@ class TrialWatch:
             best_value=best_value,
             floor=self.state.noise_floor,
             **({"confirmed": decision.confirmed} if decision.confirmed else {}),
+            **({"rule": decision.rule} if decision.rule else {}),
         )
         finite = t.value is not None and math.isfinite(t.value)
         self.mirror.decision(

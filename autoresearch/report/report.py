@@ -12,6 +12,7 @@ from air_skills.errors import NotFound
 from air_skills.runtime.supervision.stall import MARK as STALL_MARK
 from autoresearch.journal.journal import Journal, StudyState, Trial, TrialStatus, replay
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
+from autoresearch.report.final_lines import final_lines
 from autoresearch.report.report_code import code_lines, value_text
 from autoresearch.report.summary import best_fields, best_label, best_trial
 from autoresearch.study.folder import PLOT_FILE, REPORT_FILE, loop_alive
@@ -208,6 +209,7 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
             lines.append("- **Noise floor:** not measured yet")
     else:
         lines.append("- **Noise floor:** not measured (noise.repeats = 0)")
+    lines.append(f"- **Acceptance rule:** {study.accept} (study key `accept`)")
     lines += ["", "## Best", ""]
     best = best_trial(state)
     if best is None:
@@ -238,6 +240,7 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
         else:
             lines.append("(none: the base config is the best)")
         lines += ["", "Full config:", "", "```json", json.dumps(best.config, indent=2), "```"]
+    lines += final_lines(study, state)
     lines += ["", f"![objective per trial]({plot_name})", "", "## Trials", ""]
     lines += [
         f"| # | source | diff | status | {obj.metric} | steps | decision | minutes | cost $"
@@ -250,7 +253,7 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
         note = (t.failure or t.rationale or "").replace("|", "/").replace("\n", " ")[:160]
         lines.append(
             f"| {t.number} | {t.source} | {_diff_text(t.diff)} | {t.status.value} |"
-            f" {value_text(t)} | {_fmt(t.steps)} | {t.decision or ''} | {minutes} |"
+            f" {value_text(t)} | {_fmt(t.steps)} | {_rule(t)} | {minutes} |"
             f" {trial_cost(t, now, pricing)['usd']:.4f} | {note} |"
         )
     lines += code_lines(study, state)
@@ -274,6 +277,11 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
             )
     lines += ["", f"Journal: `{Path(study_dir) / 'journal.jsonl'}`", ""]
     return "\n".join(lines)
+
+
+def _rule(t: Any) -> str:
+    """The decision, with the acceptance rule that made it (keep · k-sigma(2))."""
+    return f"{t.decision} · {t.rule}" if t.decision and t.rule else t.decision or ""
 
 
 def _cost_line(state: StudyState, now: float) -> str:

@@ -171,7 +171,9 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
             "values": state.noise_values,
         },
         "budget": {
-            "trials": {"used": len(trials), "limit": b.trials},
+            "trials": {"used": state.search_trials, "limit": b.trials},
+            # the final re-evaluation's runs: a budget of their own (study key `final`)
+            "final": final_budget(study, state),
             "concurrency": b.concurrency,
             "wall_time_min": {"used": round(wall_min, 3), "limit": b.wall_time_min},
             "gpu_hours": {"used": round(state.gpu_hours(now), 5), "limit": b.gpu_hours},
@@ -195,6 +197,8 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
                 budget_warning(study) + state.warnings + _noise_warning(state) + _hw(trials)
             )
         )[-5:],
+        "accept": study.accept,
+        "final": final_view(study, state),
         "last_error": state.last_error,
         "report": str(study_dir / REPORT_FILE) if (study_dir / REPORT_FILE).exists() else None,
     }
@@ -218,3 +222,27 @@ def best_code(study_dir: Path, state: StudyState) -> dict[str, Any]:
         "patch_summary": summary,
         "patch_resource": patch_uri(study_dir, best.number) if chain else None,
     }
+
+
+def final_budget(study: Study, state: StudyState) -> dict[str, Any] | None:
+    """The final re-evaluation's runs: planned and made (None when the study makes none)."""
+    settings = study.final_runs
+    if settings is None:
+        return None
+    made = sum(1 for t in state.trials.values() if t.source == "final")
+    planned = (1 + len((state.final_started or {}).get("finalists", []))) * settings.seeds
+    return {"used": made, "planned": planned if state.final_started else None,
+            "top_k": settings.top_k, "seeds": settings.seeds}  # fmt: skip
+
+
+def final_view(study: Study, state: StudyState) -> dict[str, Any] | None:
+    """The final selection and the overfit gap (``final_done``), or where it stands."""
+    if state.final_done is not None:
+        return {"state": "done", **state.final_done}
+    if state.final_started is not None:
+        return {"state": "running", "finalists": state.final_started.get("finalists"),
+                "seeds": state.final_started.get("seeds")}  # fmt: skip
+    if study.final_runs is None:
+        return None
+    return {"state": "after the search", "top_k": study.final_runs.top_k,
+            "seeds": study.final_runs.seeds}  # fmt: skip

@@ -244,9 +244,7 @@ class Final(_Strict):
 # How a trial is kept during the search: noise-floor (beats the best by more than the floor,
 # noise.sigmas x std), k-sigma(k) (by more than k x std), paired-test(alpha) (a one-sided test
 # at level alpha: z for one run, paired t over the confirmation runs' seeds).
-ACCEPT_PATTERN = (
-    r"^(noise-floor|k-sigma\((\d+(\.\d*)?|\.\d+)\)|paired-test\((0?\.\d+)\))$"
-)
+ACCEPT_PATTERN = r"^(noise-floor|k-sigma\((\d+(\.\d*)?|\.\d+)\)|paired-test\((0?\.\d+)\))$"
 
 
 class CodeSection(_Strict):

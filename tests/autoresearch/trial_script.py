@@ -8,7 +8,10 @@ metric (the objective's name), fail (raise; fail_message: the error's text), noi
 hang_once (a marker file: the first run to create it prints "up" and sleeps a minute),
 hang_when_x (a run whose x is this value goes silent and never ends: no output, no metric),
 hold_while (a file: while it exists a run waits, 120 s at most, before its steps; the run
-whose x is free_x does not: the baseline, say).
+whose x is free_x does not: the baseline, say), holdout (a metric name, true: test_loss,
+printed only when AIR_EVAL_SPLIT is `test`: the loss plus holdout_noise x its own seed
+jitter, plus the file $AIR_DATA_DIR/heldout/offset's number when there is one), leak (print
+the holdout metric in the search too), read_file (a path read first: it fails when it cannot).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def main() -> None:
         Path(hang_once).write_text(job)
         print("up", flush=True)
         time.sleep(60)
+    if cfg.get("read_file"):
+        print("read:", Path(cfg["read_file"]).read_text()[:40], flush=True)
     x, y = float(cfg.get("x", 0.0)), float(cfg.get("y", 0.0))
     if cfg.get("hang_when_x") is not None and x == float(cfg["hang_when_x"]):
         while True:  # silent: no output, no metric
@@ -82,6 +87,13 @@ def main() -> None:
     print("---")
     print(f"{metric}: {final + 1.0 / (1 + steps)}")
     print(f"other_metric: {x}")
+    holdout = "test_loss" if cfg.get("holdout") is True else cfg.get("holdout")
+    if holdout and (os.environ.get("AIR_EVAL_SPLIT") == "test" or cfg.get("leak")):
+        rng = random.Random(f"holdout-{cfg.get('seed', 0)}")
+        offset = Path(os.environ.get("AIR_DATA_DIR", "/nonexistent"), "heldout", "offset")
+        shift = float(offset.read_text()) if offset.exists() else 0.0
+        held = (x - 0.3) ** 2 + (y - 0.6) ** 2 + 1.0 / (1 + steps) + shift
+        print(f"{holdout}: {held + rng.gauss(0, 1) * float(cfg.get('holdout_noise', 0.0))}")
     sys.exit(0)
 
 
