@@ -179,9 +179,11 @@ def due(store: Database, job_ids: Sequence[str] | None = None) -> list[JobRecord
     Both through small indexes: a pass over every job is never needed. ``job_ids``: only
     these jobs."""
     cols = _job_columns("j")
+    # The terms of the partial index jobs_results_due as they are written there, and the
+    # status not through its own index (``+``): the due jobs are found among a few rows.
     where = (
-        "j.run_id IS NOT NULL AND ((j.results_at IS NULL AND j.status IN "
-        f"{TERMINAL_SQL}) OR (j.status='RUNNING' AND j.results_at IS NULL))"
+        "j.results_at IS NULL AND j.run_id IS NOT NULL AND +j.status IN "
+        + TERMINAL_SQL.replace(")", ",'RUNNING')")
     )
     args: tuple[Any, ...] = ()
     if job_ids is not None:
@@ -312,7 +314,13 @@ def leaderboard(
         )[0][0]
         total = store.read("SELECT COUNT(*) FROM jobs")[0][0]
     else:
-        ranked = store.read(f"SELECT COUNT(*) {ranked_from}", (key, *args))[0][0]
+        # Counted from the jobs' side (the filter's own index, then results_job per job):
+        # from the results' side every row's spec would be parsed for the filter.
+        ranked = store.read(
+            f"SELECT COUNT(*) FROM jobs j CROSS JOIN results r ON r.job_id = j.job_id"
+            f" AND r.key=? WHERE r.{col} IS NOT NULL AND {cond}",
+            (key, *args),
+        )[0][0]
         total = store.read(f"SELECT COUNT(*) FROM jobs j WHERE {cond}", tuple(args))[0][0]
     rows: list[tuple[JobRecord, MetricResult | None]] = []
     if offset < ranked:

@@ -66,6 +66,8 @@ CREATE INDEX IF NOT EXISTS jobs_near_key ON jobs(near_key) WHERE near_key IS NOT
 -- Ended jobs whose results the index (store/results_index.py) does not hold yet: a few.
 CREATE INDEX IF NOT EXISTS jobs_results_due ON jobs(seq)
     WHERE results_at IS NULL AND run_id IS NOT NULL;
+-- A page or a leaderboard of one experiment (store/job_reads.py, store/results_index.py).
+CREATE INDEX IF NOT EXISTS jobs_experiment ON jobs(json_extract(spec, '$.experiment'), seq);
 CREATE TABLE IF NOT EXISTS gpus (
     idx INTEGER PRIMARY KEY,
     cordoned INTEGER NOT NULL DEFAULT 0,
@@ -175,7 +177,7 @@ CREATE INDEX IF NOT EXISTS results_latest ON results(key, latest_value, seq);
 
 
 RUN_KEYS_SINCE = 9  # the version that added jobs.run_key (store/dedup.py)
-SCHEMA_VERSION = 14  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 15  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

@@ -231,3 +231,34 @@ def test_a_kill_in_the_middle_of_a_jobs_end(client, tmp_path: Path, monkeypatch)
     row = store.row(job_id)
     assert row is not None and row.results_at is not None
     assert _same(_index_summary(store, job_id), _mlflow_summary(client, str(row.run_id)))
+
+
+def test_cli_leaderboard_fast_and_typer_agree(client) -> None:
+    """`air ls --json --metric M --best` from a fresh process (cli/fast, no typer) prints what
+    the typer command prints: every job ranked, each with its score."""
+    import json
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from air_skills.cli.app import app
+
+    ids = _fill(client.store, 30, lambda i: 5.0 - i / 10)
+    for args in (
+        ["ls", "--json", "--metric", "loss", "--best", "--limit", "5"],
+        ["ls", "--metric", "loss", "--latest", "--maximize", "--json"],
+    ):
+        fast = subprocess.run(
+            [str(Path(PY).parent / "air"), *args], capture_output=True, text=True, timeout=120
+        )
+        assert fast.returncode == 0, fast.stderr
+        typer_out = CliRunner().invoke(app, args)
+        assert typer_out.exit_code == 0, typer_out.stderr
+        assert fast.stdout == typer_out.stdout
+    best = json.loads(
+        subprocess.run(
+            [str(Path(PY).parent / "air"), "ls", "--json", "--metric", "loss", "--best"],
+            capture_output=True, text=True, timeout=120,
+        ).stdout
+    )  # fmt: skip
+    assert best[0]["job_id"] == ids[-1] and best[0]["score"]["best"] == pytest.approx(2.1)
