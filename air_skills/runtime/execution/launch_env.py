@@ -280,6 +280,10 @@ def command_launch(
             environ={**said, **env},  # its settings, and its caches' variables
             # The user's own code shares the caches; a code-editing trial's reads them only.
             trusted=not spec.get("patch"),
+            # its /tmp, a tmpfs, sized as its disk cap (supervision/disk_cap.py)
+            tmp_size=sandbox.tmp_bytes(
+                spec.get("disk_gb") or settings.get("AIR_JOB_DISK_GB", said)
+            ),
         )
         argv = view.argv(command)
         if view.network:

@@ -247,6 +247,7 @@ def base_args(
     dev: Iterable[str] = ("--dev", "/dev"),
     die_with_parent: bool = False,
     user: tuple[int, int] | None = None,
+    tmp_size: int | None = None,
 ) -> tuple[tuple[str, ...], list[tuple[str, str, str]]]:
     """bwrap and its options for every job of this kind, and the device nodes ``dev`` (bwrap's
     arguments for /dev: sandbox_devices.py) binds on top, as mounts."""
@@ -264,17 +265,17 @@ def base_args(
     out += ["--cap-drop", "ALL"]
     for cap in USER_CAPS if user is not None else ():
         out += ["--cap-add", cap]
-    out += [
-        "--unshare-pid",
-        "--unshare-net",
-        "--proc",
-        "/proc",
-        "--perms",
-        "1777",
-        "--tmpfs",
-        "/tmp",
-    ]
+    out += ["--unshare-pid", "--unshare-net", "--proc", "/proc", "--perms", "1777"]
+    if tmp_size:  # its /tmp (memory, not disk) holds at most its disk cap (tmp_bytes)
+        out += ["--size", str(tmp_size)]
+    out += ["--tmpfs", "/tmp"]
     return tuple(out), nodes
+
+
+def tmp_bytes(disk_gb: float | None) -> int | None:
+    """The size of a job's private /tmp for a disk cap of ``disk_gb`` (None: no cap, the
+    tmpfs default of half the memory)."""
+    return max(1 << 20, int(disk_gb * 1e9)) if disk_gb else None
 
 
 def wrap(argv: list[str], **how: Any) -> list[str]:
@@ -300,6 +301,7 @@ def view(
     hidden: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
     trusted: bool = False,
+    tmp_size: int | None = None,
 ) -> View:
     """The job's view (module docstring); mounts in order, the later over the earlier.
     ``dev``: how /dev is made (sandbox_devices.py: a GPU job's). ``environ``: the job's
@@ -309,7 +311,9 @@ def view(
     env = os.environ if environ is None else environ
     user = job_user(env)
     home_real = os.path.realpath(home)
-    base, out = base_args(bwrap, dev=dev, die_with_parent=die_with_parent, user=user)
+    base, out = base_args(
+        bwrap, dev=dev, die_with_parent=die_with_parent, user=user, tmp_size=tmp_size
+    )
     jreal = os.path.realpath(jdir)
     caches = sandbox_caches.plan(env, home_real, trusted=trusted, user=user)
 

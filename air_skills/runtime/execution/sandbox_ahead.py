@@ -132,7 +132,10 @@ def prepare() -> None:
     assert bwrap is not None  # enabled() found it
     root = settings.get("AIR_SANDBOX_DEV_ROOT") or "/dev"
     base, _nodes = sandbox.base_args(
-        bwrap, dev=sandbox_devices.dev_args([], root), user=sandbox.job_user()
+        bwrap,
+        dev=sandbox_devices.dev_args([], root),
+        user=sandbox.job_user(),
+        tmp_size=sandbox.tmp_bytes(settings.get("AIR_JOB_DISK_GB")),  # as a job's own
     )
     # What every job's view holds (sandbox.view): the interpreter and this toolkit (the
     # stub's too) where they lie under /tmp, private in there; the tmpfs over AIR_HOME.

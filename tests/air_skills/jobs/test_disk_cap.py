@@ -72,3 +72,28 @@ def test_the_count_follows_no_link_and_counts_a_file_once(tmp_path: Path) -> Non
     used = folder_bytes(jdir)
     assert (1 << 20) <= used < (2 << 20)
     assert folder_bytes(tmp_path / "missing") == 0
+
+
+TMP_WRITER = r"""
+import errno, os
+try:
+    with open("/tmp/big.bin", "wb") as f:
+        for _ in range(20):
+            f.write(os.urandom(1 << 20))
+            f.flush()
+    print("tmp took 20 MB", flush=True)
+except OSError as exc:
+    print("tmp full" if exc.errno == errno.ENOSPC else f"tmp error {exc}", flush=True)
+"""
+
+
+def test_a_sandboxed_jobs_tmp_is_sized_as_its_cap(client: Client) -> None:
+    from air_skills.runtime.execution import sandbox
+
+    if sandbox.unavailable() is not None:
+        pytest.skip(f"no sandbox here: {sandbox.unavailable()}")
+    spec = JobSpec(command=[PY, "-c", TMP_WRITER], track=False, disk_gb=0.01, sandbox="on")
+    info = client.launch(spec)
+    done = client.wait([info.job_id], timeout_s=60)[0]
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    assert "tmp full" in client.logs(info.job_id).text  # its /tmp is a 10 MB tmpfs
