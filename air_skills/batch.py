@@ -15,6 +15,7 @@ from air_skills.models import JobInfo, JobSpec
 from air_skills.runtime.store.records import JobRecord
 
 MAX_ITEMS = 100  # jobs per launch_jobs call
+MAX_SWEEP = 10_000  # jobs per `air launch` sweep (--seeds, --grid, --variants)
 DEFAULT_SEED_KEY = "seed"
 # Spec fields that do not make a job different for seed grouping: labels, not what ran.
 LABELS = ("name", "idempotency_key", "tags", "experiment")
@@ -99,6 +100,42 @@ def expand(
     return out
 
 
+def read_variants(path: str) -> list[dict[str, Any]]:
+    """A file of variants (``air launch --variants``): a JSON or YAML list of objects, each
+    config overrides and/or fields (``patch``; ``patch_file``: a diff read from a file
+    beside it)."""
+    from pathlib import Path
+
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot read --variants {path}: {exc.strerror}", hint="give a JSON or YAML file"
+        ) from None
+    import yaml
+
+    try:
+        found = yaml.safe_load(text) if file.suffix in (".yaml", ".yml") else json.loads(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InvalidInput(
+            f"--variants {path} is not valid JSON or YAML: {str(exc)[:200]}",
+            hint='a list: [{"config": {"lr": 0.1}}, {"config": {"lr": 0.3}, "patch": "..."}]',
+        ) from None
+    if not isinstance(found, list):
+        raise InvalidInput(
+            f"--variants {path} holds {type(found).__name__}, not a list of variants",
+            hint='a list: [{"config": {"lr": 0.1}}, {"config": {"lr": 0.3}}]',
+        )
+    out = []
+    for item in found:
+        if isinstance(item, dict) and "patch_file" in item:
+            item = dict(item)
+            item["patch"] = (file.parent / str(item.pop("patch_file"))).read_text()
+        out.append(item)
+    return out
+
+
 def _name_items(items: list[dict[str, Any]], labels: list[dict[str, Any]], base: Any) -> None:
     """Each item named by the label values that differ between items."""
     varying = [k for k in labels[0] if len({_short(lb.get(k)) for lb in labels}) > 1]
@@ -143,12 +180,12 @@ def keyed(specs: list[dict[str, Any]], key: str | None) -> list[dict[str, Any]]:
     ]
 
 
-def check_count(specs: list[Any]) -> None:
+def check_count(specs: list[Any], limit: int = MAX_ITEMS) -> None:
     if not specs:
         raise InvalidInput("no jobs to launch", hint="pass jobs=[...], or spec with seeds/grid")
-    if len(specs) > MAX_ITEMS:
+    if len(specs) > limit:
         raise InvalidInput(
-            f"{len(specs)} jobs in one call; at most {MAX_ITEMS}", hint="split into several calls"
+            f"{len(specs)} jobs in one call; at most {limit}", hint="split into several calls"
         )
 
 
@@ -159,6 +196,7 @@ def launch_all(
     idempotency_key: str | None = None,
     key_used: Callable[[str], bool] | None = None,
     launched: Callable[[int, JobInfo], None] | None = None,
+    limit: int = MAX_ITEMS,
 ) -> list[JobInfo]:
     """Check every spec (``check``: a strict dry run), then launch each (``launch``; None: a
     dry run, the checks' infos). Specs alike but for config, name, key and tags are checked
@@ -167,7 +205,7 @@ def launch_all(
     two items refuses it too. Any refusal refuses the whole call, every problem named with
     its item number. ``launched(n, info)`` is told of each item as it is queued. A launch that
     fails once some were queued says which were (their ids) and how to cancel them."""
-    check_count(specs)
+    check_count(specs, limit)
     specs = keyed([dict(s) for s in specs], idempotency_key)
     checked: dict[str, JobInfo] = {}
     problems, dry = [], []

@@ -19,6 +19,7 @@ class BatchMixin:
         dry_run: bool = False,
         idempotency_key: str | None = None,
         batch_id: str | None = None,
+        limit: int | None = None,
     ) -> list[JobInfo]:
         """Launch many jobs as one: every item validated and dry-run checked (executable,
         script, data, patch, idempotency key) before any is queued; one refused item refuses
@@ -26,19 +27,40 @@ class BatchMixin:
         An item whose experiment is queued, running or done (AIR_DEDUP) is not queued: its
         place holds that job, its message saying DUPLICATE; an item whose key a job holds
         already is that job (ALREADY LAUNCHED). Each item's job is recorded under
-        ``batch_id`` (made here when None) as it is queued."""
-        from air_skills.batch import launch_all
+        ``batch_id`` (made here when None) as it is queued. ``limit``: the most items
+        (default ``MAX_ITEMS``, an MCP call's; a CLI sweep takes ``MAX_SWEEP``)."""
+        from air_skills.batch import MAX_ITEMS, launch_all
         from air_skills.runtime.store import batches
 
         batch = batch_id or batches.new_batch_id()
-        return launch_all(
-            specs,
-            check=lambda spec: self._launch(spec, True, strict=True),
-            launch=None if dry_run else self._launch_or_duplicate,
-            idempotency_key=idempotency_key,
-            key_used=lambda key: self.store.by_idempotency_key(key) is not None,
-            launched=lambda n, info: batches.add_jobs(self.store, batch, [(n, info.job_id)]),
-        )
+        with self._one_snapshot(specs, dry_run):
+            return launch_all(
+                specs,
+                check=lambda spec: self._launch(spec, True, strict=True),
+                launch=None if dry_run else self._launch_or_duplicate,
+                idempotency_key=idempotency_key,
+                key_used=lambda key: self.store.by_idempotency_key(key) is not None,
+                launched=lambda n, info: batches.add_jobs(self.store, batch, [(n, info.job_id)]),
+                limit=limit or MAX_ITEMS,
+            )
+
+    def _one_snapshot(self, specs: list[dict[str, Any]], dry_run: bool) -> Any:
+        """A batch whose items all snapshot one folder runs on one snapshot of it, taken once
+        (the items cannot see two states of the tree; 1,000 items: one walk of the tree, not
+        1,000). A context manager; nothing pinned for a dry run, live code, one item, or items
+        of several folders."""
+        import contextlib
+
+        from air_skills.runtime.code.job_code import pinned_snapshot
+        from air_skills.runtime.code.snapshot import take_snapshot
+
+        folders = {s.get("workdir") for s in specs if isinstance(s, dict)}
+        live = any(isinstance(s, dict) and s.get("code") == "live" for s in specs)
+        if dry_run or live or len(specs) < 2 or len(folders) != 1:
+            return contextlib.nullcontext()
+        folder = self._resolve(JobSpec.parse(specs[0])).workdir
+        assert folder is not None  # _resolve sets it
+        return pinned_snapshot(take_snapshot(self.home, folder, store=True))
 
     def _launch_or_duplicate(self, spec: JobSpec | dict[str, Any]) -> JobInfo:
         """Launch (a batch's item): a duplicate gives the job that already runs it, a used
@@ -72,24 +94,35 @@ class BatchMixin:
         return found
 
     def cancel_batch(self, batch_id: str, reason: str | None = None) -> list[JobInfo]:
-        """Cancel every queued or running job of a batch: queued ones end at once, running
-        ones are told to stop (SIGTERM, then SIGKILL after the grace period) without waiting
-        here (wait_for_jobs on the batch sees them end); ended ones stay as they are."""
+        """Cancel every queued or running job of a batch: queued ones end at once (local ones
+        in one transaction), running ones are told to stop (SIGTERM, then SIGKILL after the
+        grace period) without waiting here (wait_for_jobs on the batch sees them end); ended
+        ones stay as they are. Each job is checked as ``cancel`` checks it (who may stop it)."""
         from air_skills.backends.info import row_to_info
         from air_skills.errors import InvalidState
         from air_skills.runtime.store.batches import IN_BATCH
 
         self.batch_job_ids(batch_id)  # an unknown batch is refused by name
-        out = []
-        for row in self.store.rows(f"WHERE {IN_BATCH} ORDER BY seq", (batch_id,)):
-            if row.status in ("QUEUED", "RUNNING"):
-                try:
-                    out.append(self.cancel(row.job_id, reason, wait_s=0))
-                    continue
-                except InvalidState:  # it ended meanwhile
-                    row = self._row(row.job_id)
-            out.append(row_to_info(row))
-        return out
+        reason = reason or "cancelled by request"
+        rows = self.store.rows(f"WHERE {IN_BATCH} ORDER BY seq", (batch_id,))
+        live = [r for r in rows if r.status in ("QUEUED", "RUNNING")]
+        for row in live:
+            self._may_stop(row)  # another's job refuses the whole call before any is cancelled
+        local = self.backend("local")
+        done = set()
+        queued = [r for r in live if r.status == "QUEUED" and r.backend == "local"]
+        if queued and hasattr(local, "cancel_queued"):
+            done = local.cancel_queued(queued, reason)
+        for row in live:
+            if row.job_id in done:
+                continue
+            try:
+                self.cancel(row.job_id, reason, wait_s=0)
+            except InvalidState:  # it ended meanwhile
+                pass
+        self.reconcile()
+        by_id = {r.job_id: r for r in self.store.rows(f"WHERE {IN_BATCH}", (batch_id,))}
+        return [row_to_info(by_id[r.job_id]) for r in rows]
 
     def seed_groups(
         self,

@@ -166,7 +166,7 @@ def test_fast_launch_reads_every_option_of_the_typer_command_by_its_name() -> No
 
     command = typer.main.get_command(app).commands["launch"]  # type: ignore[attr-defined]
     fast = {o: n for o, (n, _) in VALUES.items()} | LISTS | {o: n for o, (n, _) in FLAGS.items()}
-    left_to_typer = {"--watch", "--seeds", "--seed-key", "--grid", "--help"}
+    left_to_typer = {"--watch", "--seeds", "--seed-key", "--grid", "--variants", "--help"}
     for param in command.params:
         for opt in [*param.opts, *param.secondary_opts]:
             if opt.startswith("--") and opt not in left_to_typer:

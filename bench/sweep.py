@@ -1,0 +1,121 @@
+"""1,000 jobs from one `air launch` sweep (issue 41.2): seconds to queued, and `air cancel` of
+the batch, each from a fresh process, against the same 1,000 as ten MCP-sized calls of 100
+(`Client.launch_many`, the path launch_jobs takes) and cancelling them job by job.
+
+Goals (issue 41): 1,000 queued in at most 10 s; cancel of 1,000 in at most 2 s.
+
+    .venv/bin/python bench/sweep.py [--jobs 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import REPO, scratch_home, table, verdict
+
+AIR = [str(Path(sys.executable).with_name("air"))]
+JOB = [sys.executable, "-S", "-c", "import time; time.sleep(600)"]  # holds its GPU: the rest queue
+
+
+def _run(argv: list[str], cwd: Path) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=True)
+    return time.perf_counter() - started, done.stdout + done.stderr
+
+
+def _statuses(cwd: Path) -> dict[str, int]:
+    out = subprocess.run(
+        [*AIR, "ls", "--limit", "1000", "--json"], cwd=cwd, capture_output=True, text=True
+    ).stdout
+    counts: dict[str, int] = {}
+    for job in json.loads(out or "[]"):
+        counts[job["status"]] = counts.get(job["status"], 0) + 1
+    return counts
+
+
+def sweep(n: int, work: Path) -> tuple[float, float, dict[str, int], dict[str, int]]:
+    """One `air launch --seeds 0,...` of n jobs, then `air cancel BATCH`: (s, s, statuses)."""
+    seeds = ",".join(map(str, range(n)))
+    took, text = _run([*AIR, "launch", "--gpus", "1", "--seeds", seeds, "--", *JOB], work)
+    batch = re.findall(r"batch-[0-9a-z]+", text)[-1]
+    queued = _statuses(work)
+    cancel_s, _ = _run([*AIR, "cancel", batch], work)
+    return took, cancel_s, queued, _statuses(work)
+
+
+def calls_of_100(n: int, work: Path) -> tuple[float, float]:
+    """The same n jobs as n/100 launch_many calls of 100 (an agent's MCP path), then each
+    job cancelled by its id (no batch): the baseline."""
+    code = f"""
+import sys, time
+from air_skills import Client
+from air_skills.batch import expand
+c = Client()
+c.runtime.keep_spares = True  # as air-mcp's long-lived client: runs left to supervisors
+c.runtime.make_runs_here = False
+spec = {{"command": {JOB!r}, "gpus": 1, "workdir": {str(work)!r}}}
+t = time.perf_counter()
+ids = []
+for start in range(0, {n}, 100):
+    items = expand(spec, list(range(start, min(start + 100, {n}))))
+    ids += [i.job_id for i in c.launch_many(items)]
+launched = time.perf_counter() - t
+t = time.perf_counter()
+for job_id in ids:
+    c.cancel(job_id, wait_s=0)
+print(launched, time.perf_counter() - t)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=1000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="air-sweep-"))
+    load = os.getloadavg()[0]
+    with scratch_home(gpus=4, AIR_SANDBOX="off"):
+        took, cancel_s, queued, after = sweep(args.jobs, work)
+    with scratch_home(gpus=4, AIR_SANDBOX="off"):
+        base_launch, base_cancel = calls_of_100(args.jobs, work)
+    rows = [
+        ["to queued (s)", took, base_launch, took / base_launch, 10.0, verdict(took, 10.0, False)],
+        [
+            "cancel (s)",
+            cancel_s,
+            base_cancel,
+            cancel_s / base_cancel,
+            2.0,
+            verdict(cancel_s, 2.0, False),
+        ],
+    ]
+    print(f"{args.jobs} jobs, 4 simulated GPUs, load {load:.1f} at the start")
+    print(
+        table(
+            [
+                "what",
+                "one sweep",
+                f"{args.jobs // 100} calls of 100",
+                "ratio",
+                "goal (s)",
+                "verdict",
+            ],
+            rows,
+        )
+    )
+    print(f"after the sweep: {queued}; after its cancel: {after}")
+
+
+if __name__ == "__main__":
+    main()
