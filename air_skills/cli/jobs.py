@@ -135,29 +135,48 @@ def launch(
     grid: list[str] = typer.Option(
         [], "--grid", help="KEY=V1,V2,...: one job per combination (x seeds); repeatable"
     ),
+    variants: Optional[str] = typer.Option(
+        None,
+        "--variants",
+        help="a JSON or YAML file: a list of {config: {...}, patch: ...} (x grid x seeds)",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Launch a job: `air launch --gpus 1 -- python train.py --lr 3e-4`."""
+    """Launch a job: `air launch --gpus 1 -- python train.py --lr 3e-4`; a sweep (--seeds,
+    --grid, --variants; up to 10,000 jobs, all checked before any is queued) gets a batch id
+    that `air cancel` takes."""
     command = list(ctx.args)  # what followed `--` (LaunchCommand)
     # the options by parameter name, as cli/fast/launch.py gives them too (a test checks)
     given = {k: v for k, v in locals().items() if k not in ("ctx", "args", "command")}
     spec = launch_spec(list(args or []), command, given)
     c = client()
-    if seeds or grid:  # many jobs in one call: every one checked before any is queued
-        from air_skills.batch import expand
+    if seeds or grid or variants:  # a sweep: every job checked before any is queued
+        from air_skills.batch import MAX_SWEEP, expand, read_variants
+        from air_skills.runtime.store.batches import new_batch_id
 
         values = {
             k: [parse_value(x) for x in v.split(",")] for k, v in split_sets(grid, "--grid").items()
         }
         key = spec.pop("idempotency_key", None)
         seed_list = [parse_value(x) for x in seeds.split(",")] if seeds else None
-        specs = expand(spec, seed_list, seed_key, values)
-        infos = c.launch_many(specs, dry_run=dry_run, idempotency_key=key)
+        more = read_variants(variants) if variants else None
+        specs = expand(spec, seed_list, seed_key, values, more, limit=MAX_SWEEP)
+        batch = new_batch_id()
+        infos = c.launch_many(
+            specs, dry_run=dry_run, idempotency_key=key, batch_id=batch, limit=MAX_SWEEP
+        )
         if as_json:
             emit_json(infos)
-        else:
-            for one in infos:
-                say(out, info_line(one))
+            if not dry_run:
+                print(f"batch_id: {batch}", file=sys.stderr)
+            return
+        shown = infos if len(infos) <= 50 else infos[:20]
+        for one in shown:
+            say(out, info_line(one))
+        if len(shown) < len(infos):
+            say(out, f"... and {len(infos) - len(shown)} more")
+        if not dry_run:
+            say(out, f"{len(infos)} job(s); batch_id {batch} (air cancel {batch})")
         return
     # strict: a command that would not start (`pyhton`, a misspelt script) is an
     # invalid-spec error, exit 2, dry run or not, as MCP's launch_job gives it
@@ -363,7 +382,11 @@ def cancel(
     if all_:
         infos = c.cancel_all(reason)
     else:
-        infos = [c.cancel(j, reason) for j in jobs or []]
+        from air_skills.runtime.store.batches import is_batch_id
+
+        infos = []
+        for j in jobs or []:  # a batch id (an `air launch` sweep's): all of its jobs
+            infos += c.cancel_batch(j, reason) if is_batch_id(j) else [c.cancel(j, reason)]
     if as_json:
         emit_json(infos[0] if len(infos) == 1 and not all_ else infos)
     else:

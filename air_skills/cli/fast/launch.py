@@ -5,7 +5,8 @@ It reads the options `air launch` takes (cli/jobs.py), builds the spec with the 
 so the validation, the errors (code, message, ``Next:``), the dry run's checks, idempotency and
 the JSON reply are the typer command's. Anything it does not read exactly as click would (an
 unknown option, ``--opt=value``, a value that starts with ``-``, a number click would refuse,
-``--watch``, ``--seeds``, ``--grid``, ``--variants``, ``--help``) goes to the typer app, before anything is done.
+``--watch``, ``--seeds``, ``--grid``, ``--variants``, ``--help``) goes to the typer app, before
+anything is done.
 """
 
 from __future__ import annotations
