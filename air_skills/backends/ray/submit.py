@@ -13,6 +13,7 @@ from air_skills.backends.ray.sdk import call, short
 from air_skills.backends.ray.settle import finish
 from air_skills.errors import BackendUnavailable
 from air_skills.home import read_job_env
+from air_skills.job_folder import JobFolder, write_in
 from air_skills.models import JobSpec
 from air_skills.runtime.execution import gang
 from air_skills.runtime.execution.launch_env import thread_caps, user_env
@@ -22,6 +23,7 @@ from air_skills.status import JobStatus
 
 # The job folder on a cluster that is not this machine (config, checkpoints, data links).
 DEFAULT_REMOTE_JOB_ROOT = "/tmp/air-skills/jobs"
+CHOSEN = "ray-folder"  # in the job's folder: the job's folder on the node, every attempt
 
 
 def job_env(
@@ -29,17 +31,20 @@ def job_env(
 ) -> tuple[dict[str, str], str]:
     """The variables a job receives (as a local job does), and its folder on the node."""
     job_id = row.job_id
-    chosen = rt.job_dir(job_id) / "ray-folder"  # the same folder every attempt
-    if chosen.exists():
-        folder = chosen.read_text().strip()
-    else:
+    jdir = rt.job_dir(job_id)
+    try:  # the same folder every attempt; read and written by descriptor (a link is neither)
+        with JobFolder.open(jdir) as f:
+            folder = f.read(CHOSEN, 4096).decode("utf-8", "replace").strip()
+    except OSError:  # none yet (or not a regular file: replaced below)
+        folder = ""
+    if not folder:
         local = cluster.on_this_host if cluster is not None and cluster.known else False
         if local:
             folder = str(rt.job_dir(job_id))
         else:
             root = rt.store.setting("ray_job_root") or DEFAULT_REMOTE_JOB_ROOT
             folder = f"{root.rstrip('/')}/{job_id}"
-        chosen.write_text(folder)
+        write_in(jdir, CHOSEN, folder)
     cpus = spec.cpus or 1
     env = thread_caps(cpus)
     env.update(
