@@ -55,16 +55,22 @@ slurm-tools:
 demo: install
 	$(BIN)/autoresearch demo
 
+# The suite waits far more than it computes: it runs on TEST_WORKERS pytest-xdist workers
+# (3 even on 2 cores), each test isolated; what shares the machine (the Ray head, the Slurm
+# cluster, podman) runs on one worker, in its xdist_group (tests/conftest.py).
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 # The inner loop: lint, the import contract, and every test not marked slow.
 test-quick: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .

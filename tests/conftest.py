@@ -14,6 +14,32 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
+# Tests that share something of the machine run on one xdist worker, one after the other
+# (`make test` runs `pytest -n 3 --dist loadgroup`): the Ray head and the Slurm cluster are
+# session fixtures (one per worker that runs their group, never two at once: Ray's metrics
+# ports are fixed, and two single-node Slurms would share the host's node name), and the
+# container tests share podman's store (their teardown removes every air container).
+# Everything else is isolated per test: its own AIR_HOME, temp folder and free ports.
+XDIST_GROUPS = {"backends_ray": "ray", "backends_slurm": "slurm"}
+XDIST_FIXTURE_GROUPS = {"podman": "podman", "busybox_image": "podman"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            top = Path(item.path).resolve().relative_to(tests).parts[0]
+        except ValueError:
+            continue
+        group = XDIST_GROUPS.get(top) or next(
+            (g for f, g in XDIST_FIXTURE_GROUPS.items() if f in getattr(item, "fixturenames", ())),
+            None,
+        )
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh AIR_HOME with 4 simulated GPUs; every job left running is killed at the end."""
