@@ -124,6 +124,7 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
     jdir = Path(row.log_path).parent
     if (sdir := staging.stage_dir(rt.home, row.job_id)) is not None:
         staging.fetch(jdir, sdir)  # the log and exit record from the shared storage
+    _relay(rt, row, jdir)
     if job is None:  # Slurm has forgotten it (MinJobAge): its files say how it ended
         ended = read_exit(jdir)
         if ended is None:
@@ -191,6 +192,19 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
         return _infra_retry(rt, row, spec, cause.what, *cause.nodes)
     why = "out of memory" if state == "OUT_OF_MEMORY" else f"exit code {code}"
     return _user_failure(rt, row, spec, why, code)
+
+
+def _relay(rt: LaunchContext, row: JobRecord, jdir: Path) -> None:
+    """A sandboxed job's metrics, params, tags and artifacts, forwarded from its own store to
+    its run (metric_relay.py): on each reconcile, as a local job's supervisor does."""
+    if not row.run_id:
+        return
+    from air_skills.runtime.execution.metric_relay import open_relay
+    from air_skills.tracking.mlflow import tracking_uri
+
+    relay = open_relay(jdir, row.run_id, row.experiment_id, tracking_uri(rt.home))
+    if relay is not None:
+        relay.stop()  # no thread: forwards what is new, notes how far
 
 
 def _from_exit(rt: LaunchContext, row: JobRecord, ended: dict[str, Any]) -> int:
@@ -288,7 +302,7 @@ def _counted(rt: LaunchContext, row: JobRecord) -> bool:
     for e in rt.store.events(row.job_id):
         if e["kind"] in ("slurm-submitted", "slurm-adopted") and e["message"].endswith(f" {sid}"):
             counted = False
-        elif e["kind"].startswith("requeued-"):
+        elif e["kind"] in ("requeued-user", "requeued-infra"):  # not a preemption's
             counted = True
     return counted
 
