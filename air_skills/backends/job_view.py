@@ -56,7 +56,7 @@ def job_json(row: JobRecord) -> dict[str, Any]:
         "code": {k: code.get(k, v) for k, v in CODE_FIELDS.items()} if code else None,
         "image": spec.get("image"),
         "image_digest": spec.get("image_digest"),
-        "sandbox": describe(spec) if row.backend == "local" else None,
+        "sandbox": describe(spec) if row.backend in ("local", "slurm") else None,
         "hardware": read_record(row.log_path) if row.started_at else None,
         "launched_by": row.launched_by,
     }

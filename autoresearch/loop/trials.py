@@ -84,14 +84,15 @@ def holdout_paths(study: Study) -> list[str]:
 
 
 def study_sandbox(study: Study) -> str | None:
-    """The trials' sandbox: as the study says; else `on` for a local code study (protected
-    files or an evaluator: its winner must be real) or one with held-out data (the search must
-    not read it), else None (AIR_SANDBOX decides)."""
+    """The trials' sandbox: as the study says; else `on` for a local or Slurm code study
+    (protected files or an evaluator: its winner must be real) or one with held-out data (the
+    search must not read it): refused where no sandbox can be made; else None (AIR_SANDBOX
+    decides)."""
     if study.sandbox is not None:
         return study.sandbox
     code = study.code is not None and (bool(study.code.protected) or study.evaluate is not None)
     code = code or bool(study.holdout_data)
-    return "on" if code and study.backend in (None, "local") else None
+    return "on" if code and study.backend in (None, "local", "slurm") else None
 
 
 def build_request(

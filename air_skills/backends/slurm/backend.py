@@ -17,6 +17,7 @@ from pathlib import Path
 from air_skills import settings
 from air_skills.backends.base import already_finished
 from air_skills.backends.info import row_to_info
+from air_skills.backends.sandboxing import resolve_sandbox
 from air_skills.backends.settle import finish
 from air_skills.backends.slurm import commands, staging, steps
 from air_skills.backends.slurm import reconcile as reconciling
@@ -50,6 +51,9 @@ class SlurmBackend:
     def launch(self, spec: JobSpec, dry_run: bool = False) -> JobInfo:
         rt, store = self.runtime, self.runtime.store
         self._check(spec)
+        # The node runs it under the same sandbox as a local job (bwrap: runner.py); `on`
+        # where none can be made is refused here, as a code trial's always is.
+        spec = resolve_sandbox(spec, rt.home)
         name = job_name(spec.name, spec.command)
         if dry_run:
             opts = " ".join(sbatch_options("job-…", spec, rt.home / "jobs" / "JOB"))

@@ -99,15 +99,30 @@ def run(jdir: Path) -> int:
         where = f" node {node}" if gang else ""
         log.write(f"[air] Slurm job {slurm_id}{where} on {os.uname().nodename}\n".encode())
         log.flush()
-        proc = subprocess.Popen(
-            argv,
-            cwd=launch.get("cwd"),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-        )
+        if launch.get("sandbox") and not os.access(argv[0], os.X_OK):
+            # A sandboxed job never runs bare: a node without bubblewrap refuses it.
+            log.write(
+                f"[air] this node has no bubblewrap ({argv[0]}): a sandboxed job does not run"
+                " without its sandbox. Next: install bubblewrap on the node, or exclude the"
+                " node\n".encode()
+            )
+            log.flush()
+            _write_exit(jdir, {"slurm_id": slurm_id, "ended_at": time.time(), "exit_code": 126})
+            return 126
+        how: dict[str, Any] = {
+            "cwd": launch.get("cwd"),
+            "env": env,
+            "stdin": subprocess.DEVNULL,
+            "stdout": log,
+            "stderr": subprocess.STDOUT,
+            "close_fds": True,
+        }
+        if launch.get("slirp"):  # bwrap waits until slirp4netns serves its namespace
+            from air_skills.runtime.execution import sandbox_net
+
+            proc = sandbox_net.popen(argv, launch["slirp"], log, **how)
+        else:
+            proc = subprocess.Popen(argv, **how)
 
     def forward(signum: int, _frame: object) -> None:
         try:

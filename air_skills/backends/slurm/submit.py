@@ -125,6 +125,8 @@ def write_launch(rt: LaunchContext, row: JobRecord, spec: JobSpec) -> Path:
     # GPU indices are Slurm's to give: the runner takes CUDA_VISIBLE_DEVICES from the node.
     # Several nodes or an image: the plain command, wrapped below (steps.py).
     plain = {**data, "image": None, **({"procs": 1, "nodes": 1} if spec.nodes > 1 else {})}
+    if spec.image:  # its container is its sandbox, as a local image job's
+        plain["sandbox"] = "off"
     launch = command_launch(rt.home, row, plain, list(range(spec.gpus)))
     if spec.image:
         argv = steps.container_argv(spec.image, launch.argv, jdir, launch.cwd)
@@ -139,6 +141,9 @@ def write_launch(rt: LaunchContext, row: JobRecord, spec: JobSpec) -> Path:
         "env": launch.env,
         "log_path": row.log_path,
         "config": spec.config,
+        # bwrap wraps the command (argv[0]): a node without it refuses the job (runner.py)
+        "sandbox": plain.get("sandbox") == "on",
+        "slirp": launch.slirp,  # the user-mode network that serves it, where there is one
     }
     rdir = staging.stage_dir(rt.home, row.job_id) or jdir  # where the node runs it
     if rdir != jdir:
