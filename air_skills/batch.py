@@ -16,6 +16,7 @@ from air_skills.runtime.store.records import JobRecord
 
 MAX_ITEMS = 100  # jobs per launch_jobs call
 MAX_SWEEP = 10_000  # jobs per `air launch` sweep (--seeds, --grid, --variants)
+SHOWN_PROBLEMS = 20  # a refused batch names this many items' problems, then counts the rest
 DEFAULT_SEED_KEY = "seed"
 # Spec fields that do not make a job different for seed grouping: labels, not what ran.
 LABELS = ("name", "idempotency_key", "tags", "experiment")
@@ -231,9 +232,12 @@ def launch_all(
         except AirError as exc:
             problems.append(f"item {n}: [{exc.code}] {exc.message}")
     if problems:
+        shown = problems[:SHOWN_PROBLEMS]
+        if len(problems) > len(shown):
+            shown.append(f"... and {len(problems) - len(shown)} more item(s)")
         raise InvalidSpec(
             f"{len(problems)} of {len(specs)} job(s) refused; nothing was launched:",
-            problems=problems,
+            problems=shown,
             hint="fix the items named (numbered from 0) and call again",
         )
     if launch is None:

@@ -386,7 +386,8 @@ def cancel(
 
         infos = []
         for j in jobs or []:  # a batch id (an `air launch` sweep's): all of its jobs
-            infos += c.cancel_batch(j, reason) if is_batch_id(j) else [c.cancel(j, reason)]
+            # as `air cancel JOB`: running ones waited for (the grace period, their end)
+            infos += c.cancel_batch(j, reason, 120.0) if is_batch_id(j) else [c.cancel(j, reason)]
     if as_json:
         emit_json(infos[0] if len(infos) == 1 and not all_ else infos)
     else:

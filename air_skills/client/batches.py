@@ -93,11 +93,14 @@ class BatchMixin:
             )
         return found
 
-    def cancel_batch(self, batch_id: str, reason: str | None = None) -> list[JobInfo]:
+    def cancel_batch(
+        self, batch_id: str, reason: str | None = None, wait_s: float = 0.0
+    ) -> list[JobInfo]:
         """Cancel every queued or running job of a batch: queued ones end at once (local ones
         in one transaction), running ones are told to stop (SIGTERM, then SIGKILL after the
-        grace period) without waiting here (wait_for_jobs on the batch sees them end); ended
-        ones stay as they are. Each job is checked as ``cancel`` checks it (who may stop it)."""
+        grace period) and waited for up to ``wait_s`` (0: not waited; wait_for_jobs on the
+        batch sees them end); ended ones stay as they are. Each job is checked as ``cancel``
+        checks it (who may stop it)."""
         from air_skills.backends.info import row_to_info
         from air_skills.errors import InvalidState
         from air_skills.runtime.store.batches import IN_BATCH
@@ -120,6 +123,9 @@ class BatchMixin:
                 self.cancel(row.job_id, reason, wait_s=0)
             except InvalidState:  # it ended meanwhile
                 pass
+        stopping = [r.job_id for r in live if r.job_id not in done]
+        if stopping and wait_s > 0:
+            self.wait(stopping, timeout_s=wait_s, any=False)
         self.reconcile()
         by_id = {r.job_id: r for r in self.store.rows(f"WHERE {IN_BATCH}", (batch_id,))}
         return [row_to_info(by_id[r.job_id]) for r in rows]
