@@ -90,9 +90,12 @@ def _print_summary(s: dict[str, Any]) -> None:
     state = s["state"] + (f" ({s['stop_reason']})" if s.get("stop_reason") else "")
     table.add_row("state", state)
     t = s["trials"]
+    used = s["budget"]["trials"].get("used", t["total"])
+    fb = s["budget"].get("final") or {}
+    extra = f" + {fb['used']} final re-runs" if fb.get("used") else ""
     table.add_row(
         "trials",
-        f"{t['total']}/{s['budget']['trials']['limit']}: "
+        f"{used}/{s['budget']['trials']['limit']}{extra}: "
         + ", ".join(f"{v} {k}" for k, v in t.items() if k != "total" and v),
     )
     best = s.get("best")
@@ -100,6 +103,11 @@ def _print_summary(s: dict[str, Any]) -> None:
         diff = ", ".join(f"{k}={v}" for k, v in best["diff"].items()) or "(base config)"
         label = best.get("label") or f"{best['value']:.5g}"
         table.add_row("best", f"trial {best['trial']}: {s['objective']['metric']}={label}  {diff}")
+    fin = s.get("final") or {}
+    if fin.get("state") == "done" and fin.get("winner") is not None:
+        table.add_row("final", f"trial {fin['winner']} (re-run with fresh seeds): {fin['verdict']}")
+    elif fin.get("state") == "running":
+        table.add_row("final", "re-running trials " + ", ".join(map(str, fin["finalists"])))
     noise = s["noise"]
     if noise["repeats"]:
         floor = "measuring" if noise["floor"] is None else f"{noise['floor']:.4g}"
@@ -351,7 +359,8 @@ def demo_study(examples: Path, proposer: str, trials: int) -> dict[str, Any]:
         proposer=proposer_cfg,
         base_config={**study["base_config"], **DEMO_BASE},
         early_stopping={"type": "median", "min_steps": 150},
-        noise={"repeats": 1},
+        noise={"repeats": 2},  # a held-out split needs a noise floor
+        final={"top_k": 2, "seeds": 2},  # the final re-evaluation, kept small
         program="The base config trains for only 300 steps with a low lr: it underfits."
         " Find a config that reaches a lower val_loss in those 300 steps.",
     )
@@ -412,11 +421,25 @@ def demo(
         gain = (baseline - best["value"]) / abs(baseline)
         shown = f"baseline val_loss {baseline:.4g} -> best {best['value']:.4g}"
         out.print(f"{shown} ({gain:.0%} lower)")
+    fin = summary.get("final") or {}
+    if fin.get("state") == "done" and fin.get("val_change_pct") is not None:
+        out.print(demo_gains(fin))
     out.print(f"report: {summary['report']}")
     if summary.get("report"):
         from autoresearch.study.folder import PLOT_FILE
 
         out.print(f"plot:   {Path(summary['report']).with_name(PLOT_FILE)}")
+
+
+def demo_gains(fin: dict[str, Any]) -> str:
+    """The validation gain beside the held-out gain, from the final re-evaluation."""
+    val, held = fin.get("val_change_pct"), fin.get("holdout_change_pct")
+    line = f"final re-evaluation, trial {fin['winner']} vs the baseline: val_loss {val:+.1f}%"
+    if held is not None:
+        line += f", held-out test_loss {held:+.1f}% (gap {fin.get('gap_points', 0.0):.1f} points)"
+        if not fin.get("holdout_gain"):
+            line += ": no held-out gain"
+    return line
 
 
 def main() -> None:

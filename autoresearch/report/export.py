@@ -25,7 +25,9 @@ def export_study(
     """Commit trial ``trial``'s code (default: the best) with its config in ``CONFIG_FILE``
     on the new branch ``branch``; returns what was made."""
     study, state = load_state(study_dir)
-    number = state.best_trial if trial is None else trial
+    done = state.final_done or {}
+    # the default: the final re-evaluation's winner, when it made one; else the kept best
+    number = (done.get("winner") or state.best_trial) if trial is None else trial
     t = state.trials.get(number) if number is not None else None
     if t is None:
         raise InvalidInput(
@@ -58,6 +60,10 @@ def export_study(
         f"lineage: {' -> '.join(str(n) for n in _lineage(state.trials, number))}\n"
         f"config: {CONFIG_FILE}\n"
     )
+    if done.get("winner") == number and done.get("verdict"):  # what held on unseen data
+        message += f"final re-evaluation (winner vs baseline): {done['verdict']}\n"
+    elif done.get("winner") is not None:
+        message += f"not the final re-evaluation's winner (trial {done['winner']})\n"
     out = export_branch(code, branch, Path(base.record["root"]), message)
     return {**out, "study": study.name, "trial": number, "value": value}
 

@@ -307,6 +307,7 @@ def static_view(
         "best": best,
         "best_so_far": best_so_far(study, state),
         "noise": {"floor": state.noise_floor, "std": state.noise_std},
+        "final": summary["final"],  # the final re-evaluation and the overfit gap
         "budget": summary["budget"],
         "trials": rows,
         "lineage": [

@@ -1,13 +1,15 @@
 """A small MLP classifying interleaved spirals hidden among noise features (generated, no download).
 
 Run: `python examples/mlp/train.py [--key=value ...]`; under AIR the config arrives as JSON in
-AIR_CONFIG_FILE. Logs train_loss, val_loss and val_acc to MLflow when the MLflow env is set,
+AIR_CONFIG_FILE. Logs train_loss, val_loss and val_acc to MLflow when the MLflow env is set
+(test_loss and test_acc too with AIR_EVAL_SPLIT=test: a held-out extra draw),
 saves and resumes `$AIR_CHECKPOINT_DIR/ckpt.pt`, ends with a `---` summary block.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,22 +38,30 @@ DEFAULTS = {
 SHAPE_KEYS = ("n_layer", "hidden", "activation")  # must match to resume
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
-N_CLASSES, N_FEATURES, N_TRAIN, N_VAL = 4, 16, 6000, 2000
+N_CLASSES, N_FEATURES, N_TRAIN, N_VAL, N_TEST = 4, 16, 6000, 2000, 2000
 
 
-def make_dataset() -> tuple[torch.Tensor, torch.Tensor]:
-    """Four interleaved 2-D spirals plus 14 noise features, all rotated together; fixed seed."""
-    rng = np.random.default_rng(20240601)
-    n = N_TRAIN + N_VAL
+def _draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` examples before the rotation: the spirals' two dimensions and the noise ones."""
     labels = rng.integers(0, N_CLASSES, n)
     t = rng.uniform(0.05, 1.0, n)
     angle = 3 * np.pi * t + 2 * np.pi * labels / N_CLASSES
     spiral = np.stack([t * np.cos(angle), t * np.sin(angle)], axis=1)
     spiral += rng.normal(0, 0.05, spiral.shape)
     noise = rng.normal(0, 0.3, (n, N_FEATURES - 2))
+    return np.concatenate([spiral * 2, noise], axis=1), labels
+
+
+def make_dataset(test: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four interleaved 2-D spirals plus 14 noise features, all rotated together; fixed seed.
+    ``test``: the held-out split instead, an extra draw of the same distribution (its own
+    seed, the same rotation), made only in a study's final re-evaluation (AIR_EVAL_SPLIT)."""
+    rng = np.random.default_rng(20240601)
+    raw, labels = _draw(rng, N_TRAIN + N_VAL)
     rotation, _ = np.linalg.qr(rng.normal(size=(N_FEATURES, N_FEATURES)))
-    features = np.concatenate([spiral * 2, noise], axis=1) @ rotation
-    return torch.tensor(features, dtype=torch.float32), torch.tensor(labels)
+    if test:
+        raw, labels = _draw(np.random.default_rng(20240602), N_TEST)
+    return torch.tensor(raw @ rotation, dtype=torch.float32), torch.tensor(labels)
 
 
 def main() -> None:
@@ -81,6 +91,9 @@ def main() -> None:
     x, y = make_dataset()
     x, y = x.to(device), y.to(device)
     x_train, y_train, x_val, y_val = x[:N_TRAIN], y[:N_TRAIN], x[N_TRAIN:], y[N_TRAIN:]
+    # The held-out split exists only in an autoresearch study's final re-evaluation runs.
+    held_out = os.environ.get("AIR_EVAL_SPLIT") == "test"
+    x_test, y_test = (t.to(device) for t in make_dataset(test=True)) if held_out else (None, None)
 
     layers: list[nn.Module] = []
     width = N_FEATURES
@@ -115,6 +128,10 @@ def main() -> None:
             "train_loss": F.cross_entropy(model(x_train[:N_VAL]), y_train[:N_VAL]).item(),
             "val_acc": (val_logits.argmax(1) == y_val).float().mean().item(),
         }
+        if x_test is not None:
+            test_logits = model(x_test)
+            out["test_loss"] = F.cross_entropy(test_logits, y_test).item()
+            out["test_acc"] = (test_logits.argmax(1) == y_test).float().mean().item()
         model.train()
         return out
 

@@ -10,6 +10,7 @@ NCCL on GPUs, each rank on its own batches; rank 0 alone logs, prints and saves.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import sysconfig
 import time
@@ -51,6 +52,9 @@ STDLIB_FILES = (
 )  # fmt: skip
 CORPUS_MAX_CHARS = 300_000
 VAL_FRACTION = 0.1
+# The held-out split: the last shard before val, never trained on, evaluated only in a study's
+# final re-evaluation runs (AIR_EVAL_SPLIT=test): the search never sees its loss.
+TEST_FRACTION = 0.05
 
 
 def load_corpus(data_file: str) -> str:
@@ -151,8 +155,11 @@ def main() -> None:
     lookup = {ch: i for i, ch in enumerate(chars)}
     data = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
     n_val = int(len(data) * VAL_FRACTION)
-    splits = {"train": data[:-n_val], "val": data[-n_val:]}
+    n_test = int(len(data) * TEST_FRACTION)
+    splits = {"train": data[: -n_val - n_test], "val": data[-n_val:]}
     block, batch = cfg["block_size"], cfg["batch_size"]
+    if os.environ.get("AIR_EVAL_SPLIT") == "test" and n_test > block + 1:
+        splits["test"] = data[-n_val - n_test : -n_val]
     if n_val <= block + 1:
         common.fail(
             f"corpus of {len(text)} chars is too short for block_size={block}",
@@ -247,6 +254,7 @@ def main() -> None:
         "val_loss": losses["val_loss"],
         "train_loss": losses["train_loss"],
         "val_bpc": losses["val_loss"] / math.log(2),
+        **({"test_loss": losses["test_loss"]} if "test_loss" in losses else {}),
         "steps": step,
         "params": n_params,
         "ranks": world,

@@ -190,3 +190,18 @@ def test_a_preempted_example_saves_and_resumes_from_the_step_it_reached(
     out = finish(again)
     assert out.returncode == 0, out.stderr
     assert f"at step {reached}" in out.stdout  # resumed where it stopped, not at step 0
+
+
+@pytest.mark.parametrize("name", ["tinygpt", "mlp"])
+def test_the_held_out_split_only_with_air_eval_split_test(name: str, tmp_path: Path) -> None:
+    """Issue 40: each example logs test_loss (its held-out split: the tiny GPT's last shard
+    before val, the MLP's extra draw) only when AIR_EVAL_SPLIT is `test`; val_loss is the same
+    number either way (the search's split is untouched)."""
+    config = {**TINY[name], "steps": 20, "eval_every": 20}
+    val = run_example(name, config, tmp_path / "val", {"AIR_EVAL_SPLIT": "val"})
+    test = run_example(name, config, tmp_path / "test", {"AIR_EVAL_SPLIT": "test"})
+    assert val.returncode == 0 and test.returncode == 0, val.stderr[-2000:] + test.stderr[-2000:]
+    searched, held = summary(val.stdout), summary(test.stdout)
+    assert "test_loss" not in searched
+    assert held["test_loss"] > 0
+    assert held["val_loss"] == pytest.approx(searched["val_loss"], rel=1e-6)
