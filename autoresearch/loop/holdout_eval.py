@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from air_skills.runtime.execution.job_env import job_environment
 from air_skills.runtime.results.summary_block import parse_summary
 from autoresearch.loop.evaluate import OUTPUT_TAIL, Evaluation, _run
 from autoresearch.loop.evaluator_boot import MARKER
@@ -72,7 +73,8 @@ def run_holdout(
         cfg = work / "config.json"
         cfg.write_text(json.dumps(config))
         env = {
-            **os.environ,
+            # job_env's allow-list, as a trial's: never the loop's AIR_MCP_TOKEN or LLM keys
+            **job_environment(os.environ),
             "AIR_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
             "AIR_CONFIG_FILE": str(cfg),
             "AIR_TRIAL_JOB_DIR": str(job_dir),

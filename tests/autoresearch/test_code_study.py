@@ -163,3 +163,25 @@ def test_get_study_gives_the_best_patch_and_mcp_serves_it(study_home: Path, tmp_
 
     assert anyio.run(read, best["patch_resource"]) == scale_patch(0.5)
     assert "[not-found] no trial 9" in anyio.run(read, patch_uri(folder.resolve(), 9))
+
+
+def test_the_evaluator_gets_no_secret_of_the_loop(
+    study_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37.5's class: the evaluator (it reads what a trial wrote) runs with job_env's
+    allow-list, as a trial does: never the loop's AIR_MCP_TOKEN or its LLM proposer's key."""
+    monkeypatch.setenv("AIR_MCP_TOKEN", "owner-token-of-the-loop")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-the-proposers-key")
+    tree = make_tree(tmp_path / "tree")
+    (tree / "evaluate.py").write_text(
+        "import os\n"
+        "leaked = [k for k in ('AIR_MCP_TOKEN', 'ANTHROPIC_API_KEY') if k in os.environ]\n"
+        "print('---')\n"
+        "print('loss:', 99 if leaked else 1)\n"
+    )
+    study = code_study(tree, evaluate="python evaluate.py", budget={"trials": 1})
+    folder = tmp_path / "study"
+    run(study, folder, [])
+    (t,) = replay(Journal(folder).read()).ordered()
+    assert t.status == TrialStatus.SUCCEEDED, t.failure
+    assert t.value == pytest.approx(1.0)
