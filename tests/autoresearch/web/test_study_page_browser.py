@@ -193,3 +193,46 @@ def test_the_html_report_works_from_a_file(page, tmp_path: Path) -> None:
     page.click('#trials tr.trial[data-n="10"]')  # a code trial: its patch is inlined too
     page.wait_for_selector("#patch")
     assert "+lr = " in page.inner_text("#patch")
+
+
+def test_a_page_on_another_port_cannot_stop_a_study_with_the_cookie(
+    page, tmp_path: Path, study_home: Path
+) -> None:
+    """Issue 37.8 in a real browser: a page on another 127.0.0.1 port is same-site, so Chromium
+    sends the study page's cookie with its POST; the Origin it sends gets the POST refused."""
+    import secrets
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from web_helpers import get_json
+
+    write_journal(tmp_path / "studies" / "b", 12, name="beta", stopped=False)
+    with serving(tmp_path / "studies", env={"AIR_MCP_TOKEN": secrets.token_hex(16)}) as base:
+        target = f"{base}/api/studies/beta/stop"
+        html = (
+            "<title>loading</title><script>fetch(" + json.dumps(target) + ", {method: 'POST',"
+            " mode: 'no-cors', credentials: 'include'}).finally(() => document.title = 'sent')"
+            "</script>"
+        ).encode()
+
+        class Evil(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(html)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        evil = ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+        threading.Thread(target=evil.serve_forever, daemon=True).start()
+        try:
+            page.goto(with_token(base + "/studies/beta"))  # the user opens the page: the cookie
+            page.wait_for_selector("#trials tbody tr.trial")
+            page.goto(f"http://127.0.0.1:{evil.server_address[1]}/")
+            page.wait_for_function("document.title === 'sent'")
+        finally:
+            evil.shutdown()
+        view = get_json(base + "/api/studies/beta")[1]
+        assert view["state"] == "interrupted" and not view.get("stop_reason"), view
