@@ -78,8 +78,22 @@ The local supervisor and the Ray entrypoint set these for the job's command (wit
 | --- | --- |
 """
 
+# What a job receives beside the variables (issue 38): its config as flags, the MLflow shim.
+_PAGE_TAIL = """
+Beside these, a job's config also arrives as flags after its command's own arguments unless
+its `config_as` (spec field, study key, `air launch --config-as`) is `file`: `--key=value` per
+key, `--key` for true (nothing for false), `--key v1 v2` for a list (`both`, the default, gives
+the file and the flags; `args` the flags only). A tracked job's `PYTHONPATH` starts with air's
+`job_site` folder, whose `sitecustomize` keeps `mlflow.set_experiment("name")` working: the
+run stays in the experiment air made (`--experiment` chooses it) and the name asked for is the
+run's tag `air.asked_experiment`; every top-level `mlflow.start_run()` resumes the job's run.
+A sandboxed job without `WANDB_API_KEY` gets `WANDB_MODE=offline` and `WANDB_DIR` (its folder).
+Every experiment air creates keeps its artifacts under `AIR_HOME/mlartifacts/` (a tracking
+server: the server's root), whatever folder air runs from.
+"""
+
 
 def markdown_page(table: Iterable[Documented], job_env: Mapping[str, str]) -> str:
     """docs/configuration.md, whole: the settings ``table`` and the variables every job gets."""
     job = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in job_env.items())
-    return _PAGE_HEAD + "\n" + markdown_table(table) + "\n" + _PAGE_JOB + job + "\n"
+    return _PAGE_HEAD + "\n" + markdown_table(table) + "\n" + _PAGE_JOB + job + "\n" + _PAGE_TAIL

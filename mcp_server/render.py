@@ -117,6 +117,8 @@ def render_job(job: Any, metric: str | None = None) -> str:
         where.append(f"launched by {job.launched_by}")
     # The log's path is in the structured reply (get_logs reads it): not repeated here.
     lines.append("; ".join(where))
+    if getattr(job, "outputs", None):  # checkpoints, ./runs: where what it wrote is kept
+        lines.append("outputs: " + ", ".join(job.outputs))
     lines.append("next: " + _NEXT.get(str(job.status), "get_job").format(id=job.job_id))
     tail = getattr(job, "log_tail", None)
     if tail:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from air_skills.gpu.hardware import read_record
+from air_skills.runtime.code.job_outputs import outputs
 from air_skills.runtime.execution.sandbox import describe
 from air_skills.runtime.store.records import JobRecord
 from air_skills.status import PRIORITY_RANK
@@ -59,7 +61,15 @@ def job_json(row: JobRecord) -> dict[str, Any]:
         "sandbox": describe(spec) if row.backend in ("local", "slurm") else None,
         "hardware": read_record(row.log_path) if row.started_at else None,
         "launched_by": row.launched_by,
+        "outputs": _outputs(row),
     }
+
+
+def _outputs(row: JobRecord) -> list[str]:
+    """The job's output folders (runtime/code/job_outputs.py), once it has started here."""
+    if row.backend != "local" or not row.started_at or not row.log_path:
+        return []
+    return outputs(Path(row.log_path).parent)
 
 
 def iso_utc(ts: float | None) -> str | None:

@@ -64,6 +64,11 @@ class JobInfo(BaseModel):
     launched_by: str | None = Field(
         default=None, description="who launched it: an air-mcp token's name, or the local user"
     )
+    outputs: list[str] = Field(
+        default_factory=list,
+        description="folders it writes: AIR_CHECKPOINT_DIR, and ./checkpoints, ./runs, ... in"
+        " its code view (kept with the job until it is removed)",
+    )
 
     @property
     def is_terminal(self) -> bool:

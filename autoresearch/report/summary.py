@@ -71,7 +71,18 @@ def _trial_brief(t: Any) -> dict[str, Any]:
         "source": t.source,
         "decision": _decision(t),
         "cost_usd": trial_cost(t)["usd"],
+        "outputs": _outputs(t),
     }
+
+
+def _outputs(t: Any) -> list[str]:
+    """The trial job's checkpoint folder and what it wrote in its code view (./runs, ...)."""
+    if not t.job_id:
+        return []
+    from air_skills.home import default_home
+    from air_skills.runtime.code.job_outputs import outputs
+
+    return outputs(default_home() / "jobs" / t.job_id)
 
 
 def budget_warning(study: Study) -> list[str]:
@@ -156,6 +167,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         else {
             **best_fields(state, best),
             "reason": best.rationale[:300] or best.source,
+            "outputs": _outputs(best),  # its checkpoint folder: where the winner's weights are
             **best_code(study_dir, state),
         },
         "running": [

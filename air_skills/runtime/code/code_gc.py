@@ -5,9 +5,10 @@ and every finished job's that ended within ``AIR_SNAPSHOT_RETENTION_DAYS``. A ma
 or reused in the last ``GRACE_S`` seconds is kept too: its job may not be in the store yet.
 Everything else goes: manifests, blobs no kept manifest names, temp files. The private view
 (``jobs/<id>/code``) of a job that ended before the window goes as well: it is a copy, and
-``air rerun`` / ``air code export`` read the store, not the view. The collection holds the
-store's lock exclusively (``snapshot_store.store_lock``), so no snapshot is taken meanwhile.
-Stdlib only.
+``air rerun`` / ``air code export`` read the store, not the view; unless the job wrote into it
+(``./checkpoints``, ``./runs``: a file its snapshot did not hold), then it stays with the job.
+The collection holds the store's lock exclusively (``snapshot_store.store_lock``), so no
+snapshot is taken meanwhile. Stdlib only.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from air_skills import settings
+from air_skills.home import read_job_json
 from air_skills.job_folder import JobFolder
 from air_skills.runtime.code.job_code import SHARED_VIEWS, VIEW_DIR
+from air_skills.runtime.code.job_outputs import wrote_into_view
 from air_skills.runtime.code.snapshot_store import code_root, store_lock
 from air_skills.runtime.store.store import Store
 
@@ -66,6 +69,8 @@ def collect(home: Path, dry_run: bool = False, now: float | None = None) -> dict
     try:
         with store_lock(home, shared=False):
             keep, old_views = _jobs(store, now - days * 86400)
+            # a view the job wrote into (./checkpoints, ./runs) stays until the job is removed
+            old_views = [j for j in old_views if not _holds_outputs(home, root, j)]
             live: set[str] = set()
             for path in sorted((root / "manifests").glob("*.json")):
                 digest = path.name[: -len(".json")]
@@ -102,6 +107,18 @@ def collect(home: Path, dry_run: bool = False, now: float | None = None) -> dict
     finally:
         store.close()
     return report
+
+
+def _holds_outputs(home: Path, root: Path, job_id: str) -> bool:
+    """Whether the job wrote into its view: a file its snapshot did not hold (job_outputs)."""
+    jdir = home / "jobs" / job_id
+    try:
+        record = read_job_json(jdir / "code.json")
+        manifest = json.loads((root / "manifests" / f"{record['digest']}.json").read_bytes())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # nothing to compare with: the view goes, as before
+    known = [*manifest.get("files", {}), *manifest.get("symlinks", {})]
+    return wrote_into_view(jdir / VIEW_DIR, known)
 
 
 def _manifest_files(path: Path) -> list[dict[str, Any]]:

@@ -74,6 +74,8 @@ def test_failing_baseline_stops_the_study_before_any_trial(
     assert "Read-only file system" in summary["checks"][0]["message"]
     assert summary["noise"]["floor"] is None  # never "noise floor: 0" from no run
     assert "Read-only file system" in (folder / "report.md").read_text()
+    jobs = study_home / "jobs" / result.state.trials[0].job_id
+    assert summary["recent"][0]["outputs"] == [str(jobs / "checkpoints")]  # named (38.6)
 
 
 def test_a_script_that_ignores_its_config_is_caught_and_stopped(
