@@ -223,3 +223,32 @@ async def test_mlflow_user_is_the_identity_whatever_the_tags_say(
     run_id = wait_until(lambda: client.store.row(job_id).run_id, timeout_s=30)
     tags = MlflowClient(tracking_uri=tracked).get_run(run_id).data.tags
     assert tags["mlflow.user"] == "vis" and tags["air.launched_by"] == "vis"
+
+
+def test_mcp_token_add_takes_the_rights_and_saves_the_token_hidden(
+    air_home: Path, tmp_path: Path
+) -> None:
+    import subprocess
+
+    env = {**os.environ, "AIR_HOME": str(air_home)}
+    air = [PY, "-m", "air_skills.cli", "mcp-token"]
+    made = subprocess.run(
+        [*air, "add", "trusted", "--project", "ops", "--backend", "local", "--backend",
+         "slurm", "--allow-unsandboxed", "--data-root", str(tmp_path), "--read-project", "*",
+         "--save", "--json"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    saved = Path(json.loads(made.stdout)["token_file"])
+    assert saved == air_home / "mcp-tokens" / "trusted" and "token" not in json.loads(made.stdout)
+    assert os.stat(saved).st_mode & 0o777 == 0o600
+    assert Client(air_home).identity_for_token(saved.read_text().strip()).unsandboxed
+    listed = subprocess.run([*air, "ls", "--json"], capture_output=True, text=True, env=env)
+    (row,) = json.loads(listed.stdout)
+    assert row["backends"] == ["local", "slurm"] and row["unsandboxed"] is True
+    assert row["data_roots"] == [os.path.realpath(tmp_path)] and row["read_projects"] == ["*"]
+    bad = subprocess.run(
+        [*air, "add", "x", "--project", "p", "--data-root", "relative/dir"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "data root 'relative/dir'" in bad.stderr
