@@ -185,7 +185,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "budget": {
             "trials": {"used": state.search_trials, "limit": b.trials},
             # the final re-evaluation's runs: a budget of their own (study key `final`)
-            "final": final_budget(study, state),
+            **({"final": fb} if (fb := final_budget(study, state)) else {}),
             "concurrency": b.concurrency,
             "wall_time_min": {"used": round(wall_min, 3), "limit": b.wall_time_min},
             "gpu_hours": {"used": round(state.gpu_hours(now), 5), "limit": b.gpu_hours},

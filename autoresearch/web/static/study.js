@@ -286,7 +286,6 @@
       ["trials done / budget", `${done} / ${b.trials.limit}`],
       [`best ${esc(v.objective.metric)} (${esc(v.objective.direction)})`, best ? `${num(best.value)} <span class=muted>trial ${best.trial}</span>` : "—"],
       ["noise floor", v.noise.floor != null ? num(v.noise.floor, 3) : "—"],
-      ...(v.final ? [["final selection", v.final.state === "done" && v.final.winner != null ? `${esc(v.final.verdict || "")} <span class=muted>trial ${v.final.winner}</span>` : esc(v.final.state)]] : []),
       ["cost so far", `${usd(c.usd)} <span class=muted>GPU ${usd(c.gpu_usd)} · LLM ${usd(c.llm_usd)}</span>`],
       ["per kept improvement", c.usd_per_improvement != null ? `${usd(c.usd_per_improvement)} <span class=muted>${c.kept_improvements} kept</span>` : "—"],
     ].map(([k, x]) => `<div class=card><div class=k>${k}</div><div class=v>${x}</div></div>`).join("");

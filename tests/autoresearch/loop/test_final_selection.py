@@ -6,6 +6,8 @@ ends with "no held-out gain"; a loop killed mid-final finishes it once."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from autoresearch.journal.journal import Journal, replay
 from autoresearch.loop import final
 from autoresearch.loop.loop import run_study
 from autoresearch.study.study import parse_study
+from autoresearch.web.data import static_view
 
 HOLDOUT = "test_loss"
 
@@ -87,6 +90,14 @@ def test_final_reevaluates_the_top_k_with_paired_seeds(study_home: Path, tmp_pat
     assert view["final"]["verdict"] == done["verdict"]
     report = (folder / "report.md").read_text()
     assert "Final selection" in report and done["verdict"] in report
+    # the page's notes and the terminal summary say it too
+    page = static_view("held", folder, study, st)
+    assert page["warnings"][0] == f"final selection: trial {done['winner']}: {done['verdict']}"
+    status = subprocess.run(
+        [sys.executable, "-m", "autoresearch.cli", "status", str(folder)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "held-out" in status.stdout and "final re-runs" in status.stdout, status.stdout
 
 
 def test_pure_noise_ends_with_no_held_out_gain(study_home: Path, tmp_path: Path) -> None:
