@@ -17,7 +17,13 @@ from air_skills.gpu.providers import provider
 from air_skills.runtime.execution import sandbox_ahead
 from air_skills.runtime.process import proc, signals
 from air_skills.runtime.scheduling import pass_queries
-from air_skills.runtime.scheduling.passes import cpu_slots, gpu_indices
+from air_skills.runtime.scheduling.passes import (
+    act_on_pass,
+    cpu_slots,
+    gpu_indices,
+    run_pass,
+    schedulable_gpus,
+)
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 
@@ -31,6 +37,8 @@ PRELOAD_AFTER_S = 5.0
 # An idle supervisor makes its next job's sandbox (sandbox_ahead.py) once it has waited this
 # long: bwrap's start is then off that job's launch, and never beside a launch in flight.
 AHEAD_AFTER_S = 0.1
+# An idle supervisor runs a scheduling pass this often while jobs are queued.
+PASS_EVERY_S = 10.0
 
 
 def wait_for_job(
@@ -66,6 +74,7 @@ def wait_for_job(
     deadline = time.monotonic() + linger_s
     preload = None if tracking_loaded() else time.monotonic() + PRELOAD_AFTER_S
     ahead: float | None = time.monotonic() + AHEAD_AFTER_S
+    next_pass = time.monotonic() + PASS_EVERY_S
     while True:
         row = pass_queries.given_job(store.read, me, store.home)
         if row is not None:
@@ -100,8 +109,26 @@ def wait_for_job(
             continue
         if preload is not None and now >= preload:  # another idle one has it: ask again later
             preload = now + PRELOAD_AFTER_S
-        wake = min(t for t in (deadline, preload, ahead) if t is not None)
+        if now >= next_pass:  # the timer's pass: no queued job waits for the next event
+            next_pass = now + PASS_EVERY_S
+            timer_pass(store)
+            continue  # it may have handed this process a job
+        wake = min(t for t in (deadline, preload, ahead, next_pass) if t is not None)
         signals.wait_readable([], max(0.0, wake - now))
+
+
+def timer_pass(store: Store) -> None:
+    """A scheduling pass when jobs are queued (issue 38.7): a job never waits for a launch or
+    an exit to start on a GPU that freed or came back another way. Never raises."""
+    try:
+        if not store.read("SELECT 1 FROM jobs WHERE status = 'QUEUED' LIMIT 1", ()):
+            return
+        gpus = schedulable_gpus(store)
+        with store.tx() as c:
+            result = run_pass(store, c, gpus, None)
+        act_on_pass(store, result)
+    except Exception:
+        pass  # the next event's pass, or the next timer's, tries again
 
 
 def tracking_loaded() -> bool:

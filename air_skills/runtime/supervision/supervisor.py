@@ -51,7 +51,7 @@ from air_skills.runtime.scheduling import passes
 from air_skills.runtime.scheduling.spawn import IDLE, prestart_launch
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
-from air_skills.runtime.supervision import disk_cap, gpu_checks, stall
+from air_skills.runtime.supervision import disk_cap, gpu_checks, launch_settings, stall
 from air_skills.runtime.supervision.attempt_end import AttemptEndMixin
 from air_skills.runtime.supervision.data_recheck import DataRecheck
 from air_skills.runtime.supervision.idle import load_tracking, wait_for_job
@@ -131,6 +131,7 @@ class Supervisor(AttemptEndMixin):
 
     def run(self) -> Started | None:
         """Supervise the attempt; returns a job that this process is to supervise next."""
+        launch_settings.adopt(self.home, self.job_id)  # its launch's settings, not this process's
         row = self._started.row if self._started else self.store.row(self.job_id)
         me = os.getpid()
         if row is None or row.status != "RUNNING" or row.supervisor_pid not in (None, me):
@@ -210,6 +211,7 @@ class Supervisor(AttemptEndMixin):
         waits for _attempt, which runs the full preflight first.
         """
         try:
+            launch_settings.adopt(self.home, row.job_id)  # before its preflight (38.7)
             launch = prestart_launch(self.home, row)
             if launch is None:
                 return Started(row)
