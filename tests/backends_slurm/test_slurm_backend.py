@@ -78,7 +78,8 @@ def test_a_failing_command_is_failed_with_its_exit_code(slurm_client, tmp_path: 
 def test_cancel_stops_the_slurm_job(slurm_client, tmp_path: Path) -> None:
     marker = tmp_path / "started"
     code = f"import time, pathlib; pathlib.Path({str(marker)!r}).touch(); time.sleep(300)"
-    info = slurm_client.launch(_spec(tmp_path, code))
+    # It writes a marker outside its folder: unsandboxed (sandbox: off), as the owner may.
+    info = slurm_client.launch(_spec(tmp_path, code, sandbox="off"))
     wait_until(marker.exists, timeout_s=60)
     cancelled = slurm_client.cancel(info.job_id, reason="test")
     assert cancelled.status == JobStatus.CANCELLED
@@ -156,7 +157,7 @@ def test_a_killed_node_daemon_is_an_infra_retry(slurm, slurm_client, tmp_path) -
         time.sleep(40 if os.environ["SLURM_JOB_ID"] == first else 1)
         """
     )
-    info = slurm_client.launch(_spec(tmp_path, code))
+    info = slurm_client.launch(_spec(tmp_path, code, sandbox="off"))  # its marker: outside
     wait_until(marker.exists, timeout_s=60)
     slurm.kill_slurmd()
     try:
@@ -184,16 +185,28 @@ def test_priorities_order_two_jobs_waiting_on_a_full_node(slurm_client, tmp_path
     gate = tmp_path / "gate"
     order = tmp_path / "order"
     hold = f"import time, pathlib\nwhile not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.1)"
-    blocker = slurm_client.launch(_spec(tmp_path, hold, cpus=2))
+    blocker = slurm_client.launch(_spec(tmp_path, hold, cpus=2))  # reads the gate only
     wait_until(lambda: slurm_client.get(blocker.job_id).status == JobStatus.RUNNING, 60)
     note = f"import sys\nopen({str(order)!r}, 'a').write(sys.argv[1] + '\\n')"
     script = tmp_path / "note.py"
     script.write_text(note)
     low = slurm_client.launch(
-        JobSpec(command=[PY, str(script), "low"], workdir=str(tmp_path), cpus=2, priority="low")
+        JobSpec(
+            command=[PY, str(script), "low"],
+            workdir=str(tmp_path),
+            cpus=2,
+            priority="low",
+            sandbox="off",  # it notes its turn outside its folder
+        )
     )
     high = slurm_client.launch(
-        JobSpec(command=[PY, str(script), "high"], workdir=str(tmp_path), cpus=2, priority="high")
+        JobSpec(
+            command=[PY, str(script), "high"],
+            workdir=str(tmp_path),
+            cpus=2,
+            priority="high",
+            sandbox="off",
+        )
     )
     gate.touch()
     for job in (blocker, low, high):

@@ -42,7 +42,8 @@ def _flaky(tmp_path: Path, line: str, wait: bool = False) -> JobSpec:
     script = tmp_path / "job.py"
     marker, gate = str(tmp_path / "marker"), str(tmp_path / "gate")
     script.write_text(FLAKY.format(marker=marker, gate=gate, wait=wait, line=line))
-    return JobSpec(command=[PY, str(script)], workdir=str(tmp_path), track=False)
+    # Its marker lies outside its folder: unsandboxed (sandbox: off), as the owner may.
+    return JobSpec(command=[PY, str(script)], workdir=str(tmp_path), track=False, sandbox="off")
 
 
 def _done(client, job_id: str, timeout_s: float = 180.0):
