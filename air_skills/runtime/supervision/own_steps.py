@@ -15,6 +15,7 @@ import os
 import stat
 from pathlib import Path
 
+from air_skills.job_folder import open_at
 from air_skills.runtime.execution.metric_relay import RELAY_DIR
 
 _TAIL = 256  # bytes: more than one metric line
@@ -24,41 +25,51 @@ class OwnSteps:
     """The latest step of each metric in a job's own store, read as the files grow."""
 
     def __init__(self, jdir: Path, run_id: str) -> None:
-        self.root = jdir / RELAY_DIR
+        self.jdir = jdir
         self.run_id = run_id
-        self._folder: Path | None = None
+        self._parts: tuple[str, ...] | None = None  # mlruns/<experiment>/<run>/metrics
         self._sizes: dict[str, int] = {}
 
     def steps(self) -> dict[str, int]:
-        """Metric key -> its last logged step, for the files that grew since the last call."""
-        folder = self._metrics_folder()
-        if folder is None:
+        """Metric key -> its last logged step, for the files that grew since the last call.
+        Every folder and file is reached by descriptor from the job's folder, none through a
+        link (air_skills/job_folder.py): the job may have swapped any of them for one."""
+        parts = self._metrics_parts()
+        if parts is None:
+            return {}
+        try:
+            folder = open_at(self.jdir, *parts)
+        except (OSError, ValueError):
             return {}
         out: dict[str, int] = {}
-        for dirpath, _dirs, names in os.walk(folder, followlinks=False):
-            for name in names:
-                path = os.path.join(dirpath, name)
-                key = os.path.relpath(path, folder)
-                step = self._last_step(path, key)
+        with folder:
+            for key, dir_fd, name, st in folder.walk_files():
+                if st.st_size == self._sizes.get(key):
+                    continue
+                step = self._last_step(dir_fd, name, key)
                 if step is not None:
                     out[key] = step
         return out
 
-    def _metrics_folder(self) -> Path | None:
-        if self._folder is None:
+    def _metrics_parts(self) -> tuple[str, ...] | None:
+        if self._parts is None:
             try:
-                for exp in os.scandir(self.root):
-                    candidate = Path(exp.path) / self.run_id / "metrics"
-                    if not exp.is_symlink() and candidate.is_dir() and not candidate.is_symlink():
-                        self._folder = candidate
-                        break
-            except OSError:
+                with open_at(self.jdir, RELAY_DIR) as root:
+                    for exp in sorted(root.names()):
+                        if root.is_dir(exp):
+                            with root.sub(exp) as e:
+                                if e.is_dir(self.run_id):
+                                    with e.sub(self.run_id) as r:
+                                        if r.is_dir("metrics"):
+                                            self._parts = (RELAY_DIR, exp, self.run_id, "metrics")
+                                            break
+            except (OSError, ValueError):
                 return None
-        return self._folder
+        return self._parts
 
-    def _last_step(self, path: str, key: str) -> int | None:
+    def _last_step(self, dir_fd: int, name: str, key: str) -> int | None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dir_fd)
         except OSError:
             return None
         try:
@@ -66,8 +77,7 @@ class OwnSteps:
             if not stat.S_ISREG(info.st_mode) or info.st_size == self._sizes.get(key):
                 return None
             self._sizes[key] = info.st_size
-            os.lseek(fd, max(0, info.st_size - _TAIL), os.SEEK_SET)
-            lines = os.read(fd, _TAIL).splitlines()
+            lines = os.pread(fd, _TAIL, max(0, info.st_size - _TAIL)).splitlines()
         finally:
             os.close(fd)
         try:
