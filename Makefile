@@ -57,9 +57,9 @@ demo: install
 
 # The suite waits far more than it computes: it runs on TEST_WORKERS pytest-xdist workers
 # (3 even on 2 cores), each test isolated; what shares the machine (the Ray head, the Slurm
-# cluster, podman) runs on one worker, in its xdist_group (tests/conftest.py).
+# cluster, podman) runs on one worker (the scheduler in tests/conftest.py).
 TEST_WORKERS ?= 3
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL := -n $(TEST_WORKERS)
 
 test: install
 	$(BIN)/ruff check .

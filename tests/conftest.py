@@ -14,30 +14,30 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
-# Tests that share something of the machine run on one xdist worker, one after the other
-# (`make test` runs `pytest -n 3 --dist loadgroup`): the Ray head and the Slurm cluster are
-# session fixtures (one per worker that runs their group, never two at once: Ray's metrics
-# ports are fixed, and two single-node Slurms would share the host's node name), and the
-# container tests share podman's store (their teardown removes every air container).
-# Everything else is isolated per test: its own AIR_HOME, temp folder and free ports.
-XDIST_GROUPS = {"backends_ray": "ray", "backends_slurm": "slurm"}
-XDIST_FIXTURE_GROUPS = {"podman": "podman", "busybox_image": "podman"}
+# `make test` runs the suite on pytest-xdist workers. Every test has its own AIR_HOME, temp
+# folder and free ports; what the machine shares runs on one worker, one test after the other:
+# the Ray head and the Slurm cluster (session fixtures: one per worker that runs their tests,
+# never two at once: Ray's metrics ports are fixed, two single-node Slurms would share the
+# host's node name) and podman's store (the container tests' teardown removes every air
+# container). A test module is the unit of work otherwise (its module fixtures made once).
+# (A scheduler of our own: xdist's loadgroup marks by nodeid suffix, which pytest 9 ignores.)
+SHARED = {
+    "tests/backends_ray/": "ray",
+    "tests/backends_slurm/": "slurm",
+    "tests/air_skills/execution/test_container": "podman",
+}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    tests = Path(__file__).resolve().parent
-    for item in items:
-        try:
-            top = Path(item.path).resolve().relative_to(tests).parts[0]
-        except ValueError:
-            continue
-        group = XDIST_GROUPS.get(top) or next(
-            (g for f, g in XDIST_FIXTURE_GROUPS.items() if f in getattr(item, "fixturenames", ())),
-            None,
-        )
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFirst(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return next((g for p, g in SHARED.items() if module.startswith(p)), module)
+
+    return SharedFirst(config, log)
 
 
 @pytest.fixture
