@@ -18,6 +18,7 @@ from air_skills.runtime.code.job_code import CodePlan, plan_code
 from air_skills.runtime.execution.job_env import launch_environment
 from air_skills.runtime.execution.sandbox import describe
 from air_skills.runtime.launch.duplicates import precheck
+from air_skills.runtime.launch.launch_check import program_path
 from air_skills.runtime.launch.launch_run import claim_run, give_back_run
 from air_skills.runtime.launch.prepare import (
     LaunchContext,
@@ -211,6 +212,10 @@ class LocalBackend:
     def _dry_run_info(self, spec: JobSpec, code: CodePlan | None) -> JobInfo:
         free = len(passes.schedulable_gpus(self.runtime.store))
         what = code.summary() if code is not None else "live code (no snapshot)"
+        assert spec.workdir is not None  # Client resolves it
+        program = program_path(spec.command, spec.workdir, (spec.env or {}).get("PATH"))
+        if program and spec.image is None:  # which python: one without torch fails late
+            what += f"; {spec.command[0]} is {program}"
         return JobInfo(
             job_id="dry-run",
             name=job_name(spec.name, spec.command),

@@ -1,14 +1,18 @@
 """A unified-diff checker and applier in pure Python (``patch``/``git apply`` may be missing).
 
-``apply_patch(text, read)`` parses a unified diff (``git diff`` or ``diff -u`` output, ``a/``
-``b/`` prefixes stripped), checks it (text only, not empty, every path relative and inside the
-tree) and applies it in memory to the files that ``read(path)`` returns, without fuzz: a hunk's
-context must match exactly, at its line number or shifted (as ``git apply`` allows), found in
-time linear in the file (``_Index``); a file over ``AIR_PATCH_MAX_FILE_MB`` is refused, and
-so is a rename onto an existing file (as ``git apply`` does). It returns ``{path: new bytes,
-or None for a deleted file}``; nothing is written. ``check_layout`` refuses a result the tree
-cannot hold (a file over a folder, under a file, or through a symlink). Every problem is an
-``InvalidSpec`` naming the file and the hunk. Stdlib only but for ``settings``.
+``apply_patch(text, read)`` parses a unified diff (``git diff`` or ``diff -u`` output), reads
+its paths as ``git apply`` and ``patch`` would (``_read_paths``: a one-letter prefix such as
+``a/``, ``b/``, ``c/``, ``i/``, ``o/``, ``w/`` stripped when both headers carry one and the
+stripped path is in the tree or created by the patch; a ``--no-prefix`` diff read as ``-p0``;
+a header both readings fit refused, naming both), checks it (text only, not empty, every path
+relative and inside the tree) and applies it in memory to the files that ``read(path)``
+returns, without fuzz: a hunk's context must match exactly, at its line number or shifted
+(as ``git apply`` allows), found in time linear in the file (``_Index``); a file over
+``AIR_PATCH_MAX_FILE_MB`` is refused, and so is a rename onto an existing file (as
+``git apply`` does). It returns ``{path: new bytes, or None for a deleted file}``; nothing is
+written. ``check_layout`` refuses a result the tree cannot hold (a file over a folder, under a
+file, or through a symlink). Every problem is an ``InvalidSpec`` naming the file and the hunk.
+Stdlib only but for ``settings``.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class FilePatch:
     old_path: str | None  # None: the file is created
     new_path: str | None  # None: the file is deleted
     hunks: list[Hunk] = field(default_factory=list)
+    old_raw: str | None = None  # the headers' paths as written (prefix and all)
+    new_raw: str | None = None
 
     @property
     def name(self) -> str:
@@ -57,17 +63,51 @@ def _error(message: str, **details: object) -> InvalidSpec:
     return InvalidSpec(f"patch refused, nothing was launched: {message}", hint=_HINT, **details)
 
 
-def _header_path(line: str, prefix: str) -> str | None:
+def _header_path(line: str) -> str | None:
+    """A ---/+++ header's path as written (None: /dev/null)."""
     raw = line[4:].rstrip("\r\n")
     if "\t" in raw:  # diff -u appends a tab and a timestamp
         raw = raw.split("\t", 1)[0]
     if raw.startswith('"') and raw.endswith('"'):
         raw = raw[1:-1]
-    if raw == "/dev/null":
-        return None
-    if raw.startswith(prefix):
-        raw = raw[len(prefix) :]
-    return check_path(raw)
+    return None if raw == "/dev/null" else raw
+
+
+_PREFIX = re.compile(r"^[a-z]/")  # git's a/ b/ (c/ i/ o/ w/ with diff.mnemonicPrefix), diff -u's
+
+
+def _strip_one(path: str | None) -> str | None:
+    return path[2:] if path is not None else None
+
+
+def _p1_fits(old: str | None, new: str | None) -> bool:
+    """Whether -p1 (strip one leading folder) is a reading: both headers carry a one-letter
+    prefix (one side /dev/null: the other does)."""
+    given = [p for p in (old, new) if p is not None]
+    return bool(given) and all(_PREFIX.match(p) and len(p) > 2 for p in given)
+
+
+def _read_paths(fp: FilePatch, exists: Callable[[str], bool] | None) -> None:
+    """Set ``fp``'s paths as git and patch read its headers: -p1 when both carry a one-letter
+    prefix and the stripped path is in the tree (or the patch creates it), -p0 otherwise;
+    refused when both readings name files of the tree. Without ``exists`` (no tree at hand):
+    -p1 whenever both headers carry a one-letter prefix, as ``git apply`` does."""
+    old, new = fp.old_raw, fp.new_raw
+    p0 = (old, new)
+    p1 = (_strip_one(old), _strip_one(new)) if _p1_fits(old, new) else None
+    chosen = p1 or p0
+    if p1 is not None and exists is not None and old is not None:
+        fits1, fits0 = exists(check_path(p1[0] or "")), exists(check_path(old))
+        if fits1 and fits0 and p1[0] != old:
+            raise _error(
+                f"--- {old} / +++ {new}: both readings name files of the tree: {p1[0]} (the"
+                f" prefix stripped, -p1) and {old} (as written, -p0); make the patch with"
+                " `git diff` (a/ b/ prefixes) or `git diff --no-prefix`, from the tree's root",
+                file=old,
+            )
+        chosen = p0 if fits0 and not fits1 else p1
+    fp.old_path = check_path(chosen[0]) if chosen[0] is not None else None
+    fp.new_path = check_path(chosen[1]) if chosen[1] is not None else None
 
 
 def check_path(path: str) -> str:
@@ -87,8 +127,9 @@ def check_path(path: str) -> str:
     return "/".join(parts)
 
 
-def parse_patch(text: str) -> list[FilePatch]:
-    """The file patches of a unified diff (see the module docstring)."""
+def parse_patch(text: str, exists: Callable[[str], bool] | None = None) -> list[FilePatch]:
+    """The file patches of a unified diff (see the module docstring); ``exists`` (a path of
+    the tree: is it there?) decides between -p1 and -p0 as ``_read_paths`` says."""
     if "\x00" in text:
         raise _error("the patch holds NUL bytes: it is binary, and only text patches apply")
     lines = text.splitlines(keepends=True)
@@ -101,9 +142,11 @@ def parse_patch(text: str) -> list[FilePatch]:
         ):
             raise _error(f"binary change ({line.strip()}): only text patches apply")
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            fp = FilePatch(_header_path(line, "a/"), _header_path(lines[i + 1], "b/"))
-            if fp.old_path is None and fp.new_path is None:
+            old, new = _header_path(line), _header_path(lines[i + 1])
+            if old is None and new is None:
                 raise _error("a file patch is from /dev/null to /dev/null")
+            fp = FilePatch(None, None, old_raw=old, new_raw=new)
+            _read_paths(fp, exists)
             files.append(fp)
             i += 2
             continue
@@ -289,7 +332,13 @@ def apply_patch(text: str, read: Callable[[str], bytes | None]) -> dict[str, byt
     def current(path: str) -> bytes | None:
         return state[path] if path in state else read(path)
 
-    for fp in parse_patch(text):
+    def exists(path: str) -> bool:
+        try:
+            return read(path) is not None
+        except OSError:  # a reader that raises for a missing file
+            return False
+
+    for fp in parse_patch(text, exists=exists):
         if fp.old_path is None:
             if current(fp.name) is not None:
                 raise _error(f"{fp.name}: the patch creates it, but the snapshot has it already",

@@ -40,13 +40,52 @@ def check_command(spec: Any, snapshot: Any = None) -> list[str]:
         has_file = snapshot_has(snapshot.manifest["files"], snapshot.cwd, created)
     else:
         has_file = _ends_like(created)
-    return command_problems(
+    problems = command_problems(
         spec.command,
         spec.workdir,
         env_path=(spec.env or {}).get("PATH"),
         check_executable=spec.image is None and spec.backend == "local",
         has_file=has_file,
     )
+    cwd = snapshot.cwd if snapshot is not None else None
+    return problems + _removed_scripts(spec.command, spec.patch, cwd) if spec.patch else problems
+
+
+def _removed_scripts(command: list[str], patch: str, cwd: str | None) -> list[str]:
+    """The command's scripts that the patch deletes or renames away: what it would do, as a
+    problem (the job would fail with "can't open file"; issue 39.4)."""
+    from air_skills.runtime.code.patch import parse_patch
+
+    try:
+        files = parse_patch(patch)
+    except InvalidSpec:
+        return []  # a bad patch is refused by the code plan, with its own words
+    gone = {fp.old_path: fp.new_path for fp in files if fp.old_path and fp.new_path != fp.old_path}
+    out = []
+    for script in script_args(command):
+        rel = posixpath.normpath(posixpath.join(cwd, script)) if cwd is not None else None
+        for old, new in gone.items():
+            if old == rel or (rel is None and (old == script or old.endswith("/" + script))):
+                what = "deletes it" if new is None else f"renames it to {new}"
+                out.append(
+                    f"{script}: the patch {what} (--- {old} / +++ {new or '/dev/null'}), so the"
+                    " command would not find it; patch the script in place"
+                )
+    return out
+
+
+def program_path(command: list[str], workdir: str, env_path: str | None = None) -> str | None:
+    """The absolute path the command's program resolves to, as the job's PATH finds it (a
+    dry run shows which python a job would run: one without torch fails late)."""
+    program = command[0] if command else ""
+    if not program:
+        return None
+    if "/" in program:
+        full = os.path.realpath(os.path.join(workdir, program))
+        return full if os.path.isfile(full) else None
+    path = env_path if env_path is not None else os.environ.get("PATH", os.defpath)
+    found = shutil.which(program, path=path)
+    return os.path.abspath(found) if found else None
 
 
 def refuse(problems: list[str], dry_run: bool = True) -> InvalidSpec:

@@ -5,14 +5,13 @@ reply raises on or shows as a number, an idempotency key inside a repeated spec,
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp import Client as McpClient
 from mcp import StdioServerParameters
+from mcp_calls import ok, text_of
 
 pytestmark = pytest.mark.anyio
 PY = sys.executable
@@ -27,23 +26,6 @@ print("val_mse:", repr(v))
 """
 
 
-def _text(result: Any) -> str:
-    return result.content[0].text
-
-
-async def _ok(mcp: McpClient, tool: str, **args: Any) -> tuple[dict[str, Any], str]:
-    result = await mcp.call_tool(tool, args)
-    assert not result.is_error, _text(result)
-    return result.structured_content, _text(result)
-
-
-@pytest.fixture
-def stdio(air_home: Path, tracked: str, air_mcp: list[str]) -> StdioServerParameters:
-    command, *args = air_mcp
-    env = {k: v for k, v in os.environ.items() if k.startswith(("AIR_", "MLFLOW_", "PATH"))}
-    return StdioServerParameters(command=command, args=args, env=env)
-
-
 async def test_variants_x_seeds_a_diverged_seed_and_a_batch_over_stdio(
     stdio: StdioServerParameters, tmp_path: Path
 ) -> None:
@@ -56,7 +38,7 @@ async def test_variants_x_seeds_a_diverged_seed_and_a_batch_over_stdio(
     }
     call = {"jobs": [base], "variants": [{}, {"config": {"lr": 1.0}}], "seeds": [0, 1, 2]}
     async with McpClient(stdio) as mcp:
-        launched, text = await _ok(mcp, "launch_jobs", **call)
+        launched, text = await ok(mcp, "launch_jobs", **call)
         jobs = launched["jobs"]
         assert [j["name"] for j in jobs] == [
             f"lr={lr} seed={s}" for lr in ("0.1", "1") for s in (0, 1, 2)
@@ -65,7 +47,7 @@ async def test_variants_x_seeds_a_diverged_seed_and_a_batch_over_stdio(
         assert text.startswith(f"6 launched; batch_id {batch}")
         ids = [j["job_id"] for j in jobs]
 
-        waited, text = await _ok(
+        waited, text = await ok(
             mcp,
             "wait_for_jobs",
             job_ids=[batch],
@@ -80,33 +62,33 @@ async def test_variants_x_seeds_a_diverged_seed_and_a_batch_over_stdio(
         assert bad["n"] == 2 and bad["diverged"] == 1 and "inf" in bad["values"]
         assert "1 of 3 diverged" in text and "e+308" not in text
 
-        listed, text = await _ok(
+        listed, text = await ok(
             mcp, "list_jobs", batch_id=batch, metric="val_mse", group_by="seed", limit=2
         )
         assert listed["total"] == 6 and listed["next_cursor"] == "2"
         assert [g["n"] for g in listed["groups"]] == [3, 2]  # over the batch, not the page
         assert "e+308" not in text
 
-        board, text = await _ok(
+        board, text = await ok(
             mcp, "list_jobs", batch_id=batch, metric="val_mse", order_by="latest", limit=6
         )
         assert board["items"][-1]["job_id"] == ids[4]  # the diverged run ranks last
         assert board["items"][-1]["score"]["diverged"] is True
         assert "latest inf" in text and "diverged" in text
 
-        compared, text = await _ok(
+        compared, text = await ok(
             mcp, "compare_jobs", job_ids=ids, metric="val_mse", group_by="seed"
         )
         assert compared["rows"][4]["latest"] == "inf" and "e+308" not in text
-        metrics, text = await _ok(mcp, "get_metrics", job_id=ids[4], history=True)
+        metrics, text = await ok(mcp, "get_metrics", job_id=ids[4], history=True)
         assert metrics["latest"]["val_mse"] == "inf" and "e+308" not in json.dumps(metrics)
 
         # The same call again: every item is the job its key holds; the count says so.
-        again, text = await _ok(mcp, "launch_jobs", **call)
+        again, text = await ok(mcp, "launch_jobs", **call)
         assert [j["job_id"] for j in again["jobs"]] == ids
         assert text.startswith("0 launched, 6 already launched with their key")
 
-        cancelled, text = await _ok(mcp, "cancel_job", job_id=batch)
+        cancelled, text = await ok(mcp, "cancel_job", job_id=batch)
         assert cancelled["job_id"] == batch and "6 SUCCEEDED" in cancelled["message"]
 
 
@@ -115,14 +97,14 @@ async def test_a_batch_is_all_or_nothing_with_keys(server, tmp_path: Path) -> No
     (tmp_path / "train.py").write_text(TRAIN)
     spec = {"command": [PY, "train.py"], "workdir": str(tmp_path), "config": {"lr": 0.1}}
     async with McpClient(server) as mcp:
-        await _ok(
+        await ok(
             mcp, "launch_job", **{**spec, "config": {"lr": 0.5, "seed": 0}}, idempotency_key="k#1"
         )
         refused = await mcp.call_tool(
             "launch_jobs", {"jobs": [spec], "seeds": [0, 1, 2], "idempotency_key": "k"}
         )
         assert refused.is_error
-        text = _text(refused)
+        text = text_of(refused)
         assert "1 of 3 job(s) refused; nothing was launched" in text
         assert "item 1: [idempotency-conflict]" in text
         twice = await mcp.call_tool(
@@ -134,6 +116,6 @@ async def test_a_batch_is_all_or_nothing_with_keys(server, tmp_path: Path) -> No
                 ]
             },
         )
-        assert twice.is_error and "is also item 0's" in _text(twice)
-        listed, _ = await _ok(mcp, "list_jobs")
+        assert twice.is_error and "is also item 0's" in text_of(twice)
+        listed, _ = await ok(mcp, "list_jobs")
         assert len(listed["items"]) == 1  # only the launch_job above
