@@ -8,6 +8,7 @@ number and expire when idle (the SDK's manager enforces both: 503 beyond the cap
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import json
@@ -218,7 +219,16 @@ def serve_http(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted sockets inherit it: without it, Nagle and delayed ACKs add ~40 ms per call.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host.strip("[]"), port))
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        from air_skills.listen import listen
+
+        listen(host.strip("[]"), port, "air-mcp over HTTP", other_port=port + 1)  # the error
+        raise
     sock.listen(128)
     port = sock.getsockname()[1]
     hosts = [f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]", *allowed_hosts)]

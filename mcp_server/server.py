@@ -327,7 +327,8 @@ def _parser() -> argparse.ArgumentParser:
         help="stdio (default: for a client that starts the server) or streamable HTTP",
     )
     p.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on (loopback)")
-    p.add_argument("--port", type=int, default=8765, help="HTTP: port (0 picks a free one)")
+    # not the study page's 8765: both run side by side on one machine
+    p.add_argument("--port", type=int, default=8766, help="HTTP: port (0 picks a free one)")
     p.add_argument(
         "--allow-origin",
         action="append",
@@ -433,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
             )
     except KeyboardInterrupt:
         pass
+    except AirError as exc:  # a busy port: [address-in-use] and its Next:, before any URL
+        _say(error_text(exc))
+        return 1
     return 0
 
 

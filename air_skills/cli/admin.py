@@ -120,6 +120,8 @@ def mcp_config(
         emit_json(result)
     else:
         say(out, result["text"])
+        if result.get("carried"):  # which of the shell's settings the server will see
+            say(err, "carried from this shell: " + ", ".join(result["carried"]))
         if write:
             backup = result.get("backup") or "none"
             say(err, f"{result['action']}: {result['path']} (backup: {backup})")

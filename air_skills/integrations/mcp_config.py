@@ -43,12 +43,25 @@ def air_mcp_command() -> str:
 
 
 def server_entry() -> dict[str, Any]:
-    """command, args and env of the stdio server; AIR_HOME is passed on when it is set."""
+    """command, args and env of the stdio server: AIR_HOME when it is set, and the other
+    non-secret AIR_* settings set in this shell (job_env.PASSTHROUGH_AIR_SETTINGS: simulated
+    GPUs, data roots, sandbox...; never AIR_MCP_TOKEN or a key), so the server sees what the
+    shell does."""
+    from air_skills.runtime.execution.job_env import PASSTHROUGH_AIR_SETTINGS
+
     entry: dict[str, Any] = {"command": air_mcp_command(), "args": []}
+    env = {n: os.environ[n] for n in PASSTHROUGH_AIR_SETTINGS if os.environ.get(n)}
     home = settings.get("AIR_HOME")
     if home:
-        entry["env"] = {"AIR_HOME": str(home.absolute())}
+        env["AIR_HOME"] = str(home.absolute())
+    if env:
+        entry["env"] = dict(sorted(env.items()))
     return entry
+
+
+def carried_settings(entry: dict[str, Any]) -> list[str]:
+    """The AIR_* names an entry's env carries (what `air mcp-config` says it copied)."""
+    return sorted(entry.get("env") or {})
 
 
 def _app_config_dir() -> Path:
@@ -238,6 +251,8 @@ def mcp_config(
         "written": None,
         "backup": None,
         "action": "printed",
+        # the shell's AIR_* settings the stdio server gets (an HTTP server has its own)
+        "carried": [] if http_url else carried_settings(entry),
     }
     if write:
         action, backup = merge_config(path, key, entry)

@@ -69,6 +69,9 @@ def serve(
     index = StudyIndex(list(roots), mlflow_url=mlflow_url)  # none: the defaults, each time
     tokens = [page_token, token] if token else [page_token]
     app = build_app(index, tokens=tokens, can_stop=token is not None, bind_host=host)
+    from air_skills.listen import listen
+
+    sock = listen(host, port, "the study page", other_port=port + 2)  # before any URL is said
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/?token={page_token}"
     where = ", ".join(str(r) for r in roots) or "./studies, AIR_HOME/studies and the registry"
@@ -77,8 +80,9 @@ def serve(
         announce(f"also accepted: {source} (as ?token=... or Authorization: Bearer); stop is on")
     # access_log off: a ?token= query must never reach a log line
     # an open event stream does not hold the server up on Ctrl-C for longer than that
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=SHUTDOWN_S)  # fmt: skip
+    config = uvicorn.Config(app, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=SHUTDOWN_S)  # fmt: skip
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 class BackgroundPage:

@@ -481,4 +481,14 @@ def list_gpus(client: Client) -> GpuList:
     """GPUs (health, cordons and why, jobs on each), CPU-slot and GPU capacity (used,
     queued), excluded Slurm nodes."""
     notes = client.excluded_nodes()
-    return GpuList(gpus=client.gpus(), capacity=client.capacity(), notes=notes or None)
+    gpus = client.gpus()
+    if not gpus:  # say why (no NVML, AIR_SIMULATED_GPUS not in this server's environment)
+        from air_skills.gpu.providers import provider
+
+        notes = [
+            f"no GPUs: {provider().note}; CPU jobs (gpus: 0) still run. A simulated pool:"
+            " AIR_SIMULATED_GPUS=N in the server's environment (`air mcp-config` copies the"
+            " shell's AIR_* settings into the client's config)",
+            *notes,
+        ]
+    return GpuList(gpus=gpus, capacity=client.capacity(), notes=notes or None)
