@@ -141,7 +141,7 @@ class TpeProposer(Proposer):
             ostudy = self.build(request)
             taken = request.taken()
             out: list[Proposal] = []
-            why = tpe_rationale(request, self.n_startup_trials or default_startup(study))
+            startup = self.n_startup_trials or default_startup(study)
             for _ in range(request.n):
                 for _ask in range(MAX_ASKS_PER_PROPOSAL):
                     trial = ostudy.ask(dists)
@@ -149,6 +149,7 @@ class TpeProposer(Proposer):
                     key = config_key(study, study.config_for(diff))
                     if key not in taken:
                         taken[key] = "this batch"
+                        why = tpe_rationale(request, startup, trial.params, dists)
                         out.append(Proposal(diff=diff, source=self.name, rationale=why))
                         break
                     ostudy.tell(trial, state=TrialState.FAIL)
@@ -158,9 +159,18 @@ class TpeProposer(Proposer):
         return ProposalResult(out, fallback_reason=reason)
 
 
-def tpe_rationale(request: ProposalRequest, startup: int) -> str:
+def tpe_rationale(
+    request: ProposalRequest,
+    startup: int,
+    params: dict[str, Any] | None = None,
+    dists: dict[str, Any] | None = None,
+) -> str:
     """Why TPE proposes what it does, in one line: exploration during its ``startup``
-    trials (Optuna samples at random then), else sampling near the best trials so far."""
+    trials (Optuna samples at random then), else the finished trial whose region this
+    proposal (``params``) lies in, named by what it is to the study: the kept best, the
+    lowest_seen and why it was not kept, or another (autoresearch/journal/best.py)."""
+    from autoresearch.journal.best import lowest_trial, role
+
     direction = request.study.objective.direction
     done = [
         t
@@ -172,9 +182,37 @@ def tpe_rationale(request: ProposalRequest, startup: int) -> str:
             f"TPE startup: exploration (random, {len(request.trials)} of {startup} trials"
             " before TPE models the space)"
         )
-    best = (min if direction == "minimize" else max)(done, key=lambda t: float(t.value or 0.0))
-    near = " ".join(f"{k}={v}" for k, v in best.diff.items())[:120] or "the base config"
+    near = _nearest(done, params, dists) if params and dists else None
+    if near is None:  # no point to place: the region of the best-scoring trials
+        near = lowest_trial(done, direction)
+    assert near is not None
+    what = role(near, request.best_trial, lowest_trial(done, direction))
+    diff = " ".join(f"{k}={v}" for k, v in near.diff.items())[:120] or "the base config"
     return (
-        f"TPE: exploits the region of trial {best.number} (best so far, {best.value:.5g};"
-        f" {near}) from {len(done)} finished trial(s)"
+        f"TPE: samples the region of trial {near.number} ({what}; {near.value:.5g};"
+        f" {diff}), the finished trial nearest this proposal, from {len(done)} finished"
     )
+
+
+def _nearest(done: list[Trial], params: dict[str, Any], dists: dict[str, Any]) -> Trial:
+    """The finished trial whose parameters lie nearest ``params`` (each range scaled to 1,
+    log ranges in log space; a categorical counts 0 or 1)."""
+
+    def scaled(dist: Any, value: Any) -> float | None:
+        low, high = getattr(dist, "low", None), getattr(dist, "high", None)
+        if low is None or high is None or not isinstance(value, int | float):
+            return None
+        if getattr(dist, "log", False) and low > 0 and value > 0:
+            low, high, value = math.log(low), math.log(high), math.log(value)
+        return (float(value) - low) / ((high - low) or 1.0)
+
+    def distance(t: Trial) -> float:
+        theirs, _ = _params(t.config, dists)
+        total = 0.0
+        for key, dist in dists.items():
+            a, b = params.get(key), theirs.get(key)
+            sa, sb = scaled(dist, a), scaled(dist, b)
+            total += (sa - sb) ** 2 if sa is not None and sb is not None else float(a != b)
+        return total
+
+    return min(done, key=lambda t: (distance(t), t.number))

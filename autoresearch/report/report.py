@@ -10,6 +10,7 @@ from typing import Any
 
 from air_skills.errors import NotFound
 from air_skills.runtime.supervision.stall import MARK as STALL_MARK
+from autoresearch.journal.best import lowest_seen
 from autoresearch.journal.journal import Journal, StudyState, Trial, TrialStatus, replay
 from autoresearch.report.cost import Pricing, study_cost, trial_cost
 from autoresearch.report.final_lines import final_lines
@@ -229,6 +230,12 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
             f"Trial {best.number} ({best.source}): **{obj.metric} = {best_label(state, best)}**"
             f"{change} · job `{best.job_id}` · MLflow run `{best.run_id}`"
         )
+        low = lowest_seen(trials, state.best_trial, obj.direction)
+        if low is not None:  # named apart: a lower single run is not the best (issue 39.5)
+            lines.append(
+                f"\nLowest single value seen (lowest_seen, not the best): trial {low['trial']},"
+                f" {_fmt(low['value'])}: {low['why_not_kept']}"
+            )
         if best.rationale and best.source not in ("baseline",):
             lines.append(f"\n> {best.rationale}")
         lines += ["", "Diff from the base config:", ""]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from autoresearch.journal.best import lowest_seen
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
 from autoresearch.report.cost import study_cost, trial_cost
 from autoresearch.report.hardware import hardware_note
@@ -173,6 +174,9 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
             "outputs": _outputs(best),  # its checkpoint folder: where the winner's weights are
             **best_code(study_dir, state),
         },
+        # the lowest single value seen, when another trial's than the kept best's, and why
+        # it was not kept (autoresearch/journal/best.py: one meaning of "best" everywhere)
+        "lowest_seen": lowest_seen(trials, state.best_trial, study.objective.direction),
         "running": [
             {**_trial_brief(t), "steps": t.steps}
             for t in trials

@@ -1,0 +1,56 @@
+"""39.5: one "best": the kept best and the lowest single value seen are named apart, and TPE's
+notes name the trial whose region each proposal lies in, by what it is to the study."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from ar_helpers import small_study
+
+from autoresearch.journal.best import lowest_seen, role
+from autoresearch.journal.journal import Trial, TrialStatus
+from autoresearch.proposers import ProposalRequest, TpeProposer, suggest
+from autoresearch.study.study import parse_study
+
+SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}}
+
+
+def _trial(study: Any, n: int, lr: float, value: float, decision: str, **kw: Any) -> Trial:
+    diff = {"lr": lr}
+    return Trial(number=n, diff=diff, config=study.config_for(diff), source="tpe",
+                 status=TrialStatus.SUCCEEDED, value=value, decision=decision, **kw)  # fmt: skip
+
+
+def test_the_lowest_single_value_is_lowest_seen_with_why_it_was_not_kept() -> None:
+    study = parse_study(small_study(search_space=SPACE))
+    trials = [
+        _trial(study, 0, 1e-3, 0.441, "keep"),  # the kept best (a mean of its repeats)
+        _trial(study, 23, 3e-2, 0.376, "discard"),  # lower, but within the noise floor
+        _trial(study, 24, 1e-4, 0.9, "discard"),
+    ]
+    low = lowest_seen(trials, kept=0)
+    assert low is not None and low["trial"] == 23 and low["value"] == 0.376
+    assert "within the noise floor" in low["why_not_kept"]
+    assert lowest_seen(trials[:1], kept=0) is None  # the kept best is the lowest: nothing to say
+    assert role(trials[0], 0, trials[1]) == "the kept best"
+    assert role(trials[1], 0, trials[1]).startswith("lowest_seen, within the noise floor")
+
+
+def test_tpe_names_the_trial_whose_region_each_proposal_lies_in() -> None:
+    study = parse_study(small_study(search_space=SPACE))
+    rng = random.Random(3)
+    trials = [_trial(study, 0, 1e-3, 0.441, "keep")]
+    for n in range(1, 20):
+        lr = 10 ** rng.uniform(-4, -1)
+        trials.append(_trial(study, n, lr, 0.3 + abs(lr - 3e-2), "discard"))
+    request = ProposalRequest(study=study, trials=tuple(trials), n=4, best_trial=0)
+    result = suggest(TpeProposer(seed=0), request)
+    assert result.proposals
+    for p in result.proposals:
+        assert "best so far" not in p.rationale
+        named = int(p.rationale.split("region of trial ")[1].split(" ")[0])
+        nearest = min(trials, key=lambda t: abs(math.log(t.diff["lr"] / p.diff["lr"])))
+        assert named == nearest.number, p.rationale
+        assert ("(the kept best;" in p.rationale) == (named == 0)
