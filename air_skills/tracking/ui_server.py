@@ -39,7 +39,11 @@ def mlflow_app(tracking_uri: str, artifacts: Path) -> Any:
             "_MLFLOW_SERVER_BOOT_ID": uuid.uuid4().hex,
         }
     )
-    from mlflow.server.fastapi_app import app
+    import warnings
+
+    with warnings.catch_warnings():  # MLflow's own import of a deprecated Starlette module
+        warnings.simplefilter("ignore")
+        from mlflow.server.fastapi_app import app
 
     return app
 
@@ -69,11 +73,11 @@ def serve_ui(
         ) from None
     sock.listen(128)
     token = token or new_token()
+    shown = f"[{host}]" if ":" in host else host
+    announce(f"http://{shown}:{port}/?token={token}")  # the port is held: it answers soon
     app = TokenGuard(
         mlflow_app(tracking_uri, artifacts), tokens=[token], bind_host=host, how_to=HOW_TO
     )
-    shown = f"[{host}]" if ":" in host else host
-    announce(f"http://{shown}:{port}/?token={token}")
     # access_log off: a ?token= query must never reach a log line
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2)  # fmt: skip
