@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On machines without CUDA, pin the CPU wheel: an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install container-tools slurm-tools sandbox-tools demo test test-quick lint bench clean
+.PHONY: install container-tools slurm-tools sandbox-tools slurm-up slurm-down demo test test-quick lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[all,dev]" "$(TORCH)"
 	touch $@
 
+# apt waits up to 2 minutes for the dpkg lock another apt holds (unattended upgrades), then
+# says so, instead of giving up at once; `install` then lists what is still missing.
+APT := apt-get -o DPkg::Lock::Timeout=120
+
 install: $(VENV)/.installed container-tools slurm-tools sandbox-tools
+	@missing=""; for t in bwrap:bubblewrap slirp4netns:slirp4netns podman:podman runc:runc \
+	    busybox:busybox-static chromium:chromium slurmctld:slurm-wlm munged:munge; do \
+	  command -v $${t%%:*} >/dev/null || [ -x /usr/sbin/$${t%%:*} ] \
+	    || missing="$$missing $${t#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "install: missing:$$missing (the tests that need them skip, saying so)"; \
+	  echo "  as root: $(APT) install -y$$missing, then rerun: make install"; \
+	else echo "install: done, nothing missing"; fi
 
 # Local jobs run in a bubblewrap sandbox (issue 25; AIR_SANDBOX=auto runs them without one,
 # saying so, where bwrap is missing). Installed with apt, as root, when missing.
@@ -35,7 +48,7 @@ container-tools:
 	@if ! command -v podman >/dev/null || ! command -v runc >/dev/null \
 	    || ! command -v busybox >/dev/null || ! command -v chromium >/dev/null; then \
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	    apt-get install -y -q podman runc busybox-static chromium >/dev/null \
+	    $(APT) install -y -q podman runc busybox-static chromium >/dev/null \
 	      || echo "note: apt-get could not install podman runc busybox-static chromium"; \
 	  fi; \
 	fi
@@ -46,11 +59,19 @@ container-tools:
 slurm-tools:
 	@if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then \
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	    apt-get install -y -q slurm-wlm munge >/dev/null 2>&1 \
-	      || (apt-get update -q >/dev/null && apt-get install -y -q slurm-wlm munge >/dev/null) \
+	    $(APT) install -y -q slurm-wlm munge >/dev/null 2>&1 \
+	      || ($(APT) update -q >/dev/null && $(APT) install -y -q slurm-wlm munge >/dev/null) \
 	      || echo "note: apt-get could not install slurm-wlm munge"; \
 	  fi; \
 	fi
+
+# The single-node Slurm cluster the tests use, kept up for `--backend slurm` by hand (root;
+# docs/slurm.md): slurm-up prints the SLURM_CONF to export, slurm-down stops it.
+slurm-up: slurm-tools
+	@$(BIN)/python -m air_skills.testing.slurm_cli up
+
+slurm-down:
+	@$(BIN)/python -m air_skills.testing.slurm_cli down
 
 demo: install
 	$(BIN)/autoresearch demo
