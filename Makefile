@@ -31,14 +31,18 @@ install: $(VENV)/.installed container-tools slurm-tools sandbox-tools
 	else echo "install: done, nothing missing"; fi
 
 # Local jobs run in a bubblewrap sandbox (issue 25; AIR_SANDBOX=auto runs them without one,
-# saying so, where bwrap is missing). Installed with apt, as root, when missing.
+# saying so, where bwrap is missing), with outbound network through slirp4netns in a network
+# namespace of their own (issue 37.16; missing, a job has loopback only, saying so) and, as
+# root, setpriv (util-linux) to run as AIR_SANDBOX_UID. Installed with apt, as root, when missing.
 sandbox-tools:
-	@if ! command -v bwrap >/dev/null; then \
-	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	    apt-get install -y -q bubblewrap >/dev/null \
-	      || echo "note: apt-get could not install bubblewrap"; \
+	@for tool in bwrap:bubblewrap slirp4netns:slirp4netns setpriv:util-linux; do \
+	  if ! command -v $${tool%%:*} >/dev/null; then \
+	    if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	      apt-get install -y -q $${tool#*:} >/dev/null \
+	        || echo "note: apt-get could not install $${tool#*:}"; \
+	    fi; \
 	  fi; \
-	fi
+	done
 
 # Container jobs (issue 16) and their tests need podman, runc and busybox-static; the study
 # page's browser tests (issue 27) need chromium (driven by Playwright, no browser download).

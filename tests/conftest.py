@@ -14,6 +14,14 @@ REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
 
+@pytest.fixture(autouse=True)
+def _tmp_path_readable(request: pytest.FixtureRequest) -> None:
+    """pytest makes tmp_path 0700: as root, a sandboxed job runs as AIR_SANDBOX_UID, which must
+    read the scripts and folders a test puts there, as it would a user's 0755 project."""
+    if "tmp_path" in request.fixturenames:
+        request.getfixturevalue("tmp_path").chmod(0o755)
+
+
 # `make test` runs the suite on pytest-xdist workers. Every test has its own AIR_HOME, temp
 # folder and free ports; what the machine shares runs on one worker, one test after the other:
 # the Ray head and the Slurm cluster (session fixtures: one per worker that runs their tests,
@@ -44,9 +52,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 def air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh AIR_HOME with 4 simulated GPUs; every job left running is killed at the end."""
     home = tmp_path / "air_home"
-    # pytest makes tmp_path 0700: as root, a sandboxed job runs as AIR_SANDBOX_UID, which must
-    # read the scripts and folders a test puts there, as it would a user's 0755 project.
-    tmp_path.chmod(0o755)
     monkeypatch.setenv("AIR_HOME", str(home))
     monkeypatch.setenv("AIR_SIMULATED_GPUS", "4")
     monkeypatch.setenv("AIR_GRACE_S", "2")

@@ -159,8 +159,10 @@ def inside(path: str, folder: str) -> bool:
 
 
 # The capabilities a root-run sandbox keeps until it becomes the job's uid (setpriv, or the
-# stub made ahead), which drops them with the bounding set: the job holds none.
-USER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+# stub made ahead), which drops them with the bounding set: the job holds none. DAC_OVERRIDE:
+# its folder (its cwd) is the job uid's now, maybe 0700, and bwrap (or the stub) goes there
+# as root first.
+USER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_OVERRIDE")
 
 
 def job_user(environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
@@ -518,11 +520,22 @@ def doctor_check() -> dict[str, str]:
         return {"name": name, "status": "warn", "detail": detail, "next": "unset AIR_SANDBOX"}
     why = unavailable()
     if why is None:
+        from air_skills.runtime.execution import sandbox_net
+
         ahead = settings.get("AIR_SANDBOX_AHEAD")
         detail = (
             f"{bwrap_path()} works: local jobs run sandboxed (AIR_SANDBOX={mode}); idle"
             f" supervisors make the next one ahead (AIR_SANDBOX_AHEAD={ahead})"
         )
+        user = job_user()
+        if user is not None:
+            detail += f"; as root, jobs run as uid {user[0]} (AIR_SANDBOX_UID)"
+        slirp = sandbox_net.slirp_path()
+        if slirp is None:
+            detail += "; slirp4netns is missing: sandboxed jobs have loopback only (no network)"
+            nxt = "apt-get install slirp4netns (or set AIR_SLIRP4NETNS to it)"
+            return {"name": name, "status": "warn", "detail": detail, "next": nxt}
+        detail += f"; their network goes through {slirp} (the host's loopback out of reach)"
         return {"name": name, "status": "ok", "detail": detail, "next": ""}
     detail = f"none: {why}; " + (
         "a job asking for one (sandbox: on) is refused"
@@ -561,5 +574,6 @@ def failure_note(log_path: str | None) -> str:
         return ""
     return (
         " (it ran sandboxed, where only its own folder is writable and /tmp is its own: write"
-        " under $AIR_CHECKPOINT_DIR, or name the folder in `writable`)"
+        " under $AIR_CHECKPOINT_DIR, download into the caches its variables name ($HF_HOME,"
+        " $TORCH_HOME, $XDG_CACHE_HOME), or name the folder in `writable`)"
     )

@@ -183,6 +183,8 @@ def prepare() -> None:
     if slirp is not None:
         try:
             why = sandbox_net.attach(sandbox_net.sandbox_pid(info_r), slirp, sync_r)
+        except OSError as exc:
+            why = str(exc)
         finally:
             os.close(info_r)
             os.close(sync_r)

@@ -49,7 +49,22 @@ def missing_note(environ: Mapping[str, str] | None = None) -> str:
 def popen(
     argv: list[str], slirp: str, log: IO[bytes] | None = None, **kw: Any
 ) -> subprocess.Popen[bytes]:
-    """Start bwrap (``argv[0]``) holding its job until slirp4netns serves its namespace."""
+    """Start bwrap (``argv[0]``) holding its job until slirp4netns serves its namespace. A
+    bwrap that ends before its job runs (its loopback set-up can fail under load: "loopback:
+    Failed RTM_NEWADDR") is started once more, the log saying so."""
+    child, ran = _popen_once(argv, slirp, log, **kw)
+    if not ran:
+        if log is not None:
+            said = f"exit {child.wait()}"
+            log.write(f"[air] the sandbox ended before its job ran ({said}): made again\n".encode())
+            log.flush()
+        child, _ran = _popen_once(argv, slirp, log, **kw)
+    return child
+
+
+def _popen_once(
+    argv: list[str], slirp: str, log: IO[bytes] | None, **kw: Any
+) -> tuple[subprocess.Popen[bytes], bool]:
     info_r, info_w = os.pipe()
     sync_r, sync_w = os.pipe()
     block_r, block_w = os.pipe()
@@ -57,7 +72,7 @@ def popen(
     full = [argv[0], "--info-fd", str(info_w), "--sync-fd", str(sync_w)]
     full += ["--block-fd", str(block_r), *argv[1:]]
     try:
-        child = subprocess.Popen(full, pass_fds=(*kw.pop("pass_fds", ()), *fds), **kw)
+        child = subprocess.Popen(full, pass_fds=(*kw.get("pass_fds", ()), *fds), **_but(kw))
     except BaseException:
         for fd in (info_r, sync_r, block_w):
             os.close(fd)
@@ -65,17 +80,30 @@ def popen(
     finally:
         for fd in fds:
             os.close(fd)
+    ran = True
     try:
-        why = attach(sandbox_pid(info_r), slirp, sync_r)
-        if why and log is not None:
+        try:
+            why = attach(sandbox_pid(info_r), slirp, sync_r)
+        except OSError as exc:
+            why = f"slirp4netns could not be attached: {exc}"
+        if child.poll() is not None:
+            ran = False
+        elif why and log is not None:
             log.write(f"[air] no network for this job: {why}\n".encode())
             log.flush()
     finally:
         os.close(info_r)
         os.close(sync_r)
-        os.write(block_w, b"1")  # the job runs now
+        try:
+            os.write(block_w, b"1")  # the job runs now
+        except BrokenPipeError:
+            ran = False  # bwrap ended before its job ran
         os.close(block_w)
-    return child
+    return child, ran
+
+
+def _but(kw: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if k != "pass_fds"}
 
 
 def sandbox_pid(info_fd: int) -> int | None:
@@ -102,18 +130,45 @@ def attach(pid: int | None, slirp: str, exit_fd: int) -> str | None:
     why not (None: it is ready)."""
     if pid is None:
         return "the sandbox did not say its pid"
+    try:
+        net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"its network namespace cannot be opened: {exc}"
+    owner = -1
+    try:
+        # An unprivileged bwrap moves its sandbox into a nested user namespace once it is
+        # made: slirp4netns joins the one that owns the network namespace, by descriptor.
+        if os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user"):
+            import fcntl
+
+            owner = fcntl.ioctl(net, NS_GET_USERNS)
+        return _attach_once(net, owner, slirp, exit_fd)
+    except OSError as exc:
+        return f"its network namespace cannot be joined: {exc}"
+    finally:
+        os.close(net)
+        if owner >= 0:
+            os.close(owner)
+
+
+NS_GET_USERNS = 0xB701  # ioctl on a namespace: its owning user namespace, as a descriptor
+
+
+def _attach_once(net: int, owner: int, slirp: str, exit_fd: int) -> str | None:
     ready_r, ready_w = os.pipe()
-    argv = [
-        slirp, "--configure", f"--mtu={MTU}", "--disable-host-loopback",
-        f"--exit-fd={exit_fd}", f"--ready-fd={ready_w}", str(pid), "tap0",
-    ]  # fmt: skip
+    fds = [exit_fd, ready_w, net] + ([owner] if owner >= 0 else [])
+    argv = [slirp, "--configure", f"--mtu={MTU}", "--disable-host-loopback"]
+    argv += [f"--exit-fd={exit_fd}", f"--ready-fd={ready_w}", "--netns-type=path"]
+    if owner >= 0:
+        argv.append(f"--userns-path=/proc/self/fd/{owner}")
+    argv += [f"/proc/self/fd/{net}", "tap0"]
     try:
         subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            pass_fds=(exit_fd, ready_w),
+            pass_fds=fds,
             start_new_session=True,  # not in the job's group: it ends by exit_fd
             close_fds=True,
         )
@@ -123,7 +178,9 @@ def attach(pid: int | None, slirp: str, exit_fd: int) -> str | None:
     finally:
         os.close(ready_w)
     try:
-        ready = select.select([ready_r], [], [], WAIT_S)[0] and os.read(ready_r, 1) == b"1"
+        if not select.select([ready_r], [], [], WAIT_S)[0]:
+            return f"{slirp} did not get ready in {WAIT_S:g} s"
+        said = os.read(ready_r, 1)
     finally:
         os.close(ready_r)
-    return None if ready else f"{slirp} did not get ready in {WAIT_S:g} s"
+    return None if said == b"1" else f"{slirp} exited before it was ready"

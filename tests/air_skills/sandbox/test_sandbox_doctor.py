@@ -29,3 +29,13 @@ def test_doctor_says_why_there_is_none_and_fails_when_one_is_required(
     monkeypatch.setenv("AIR_SANDBOX", "off")
     off = sandbox.doctor_check()
     assert off["status"] == "warn" and "AIR_SANDBOX=off" in off["detail"]
+
+
+def test_doctor_says_when_jobs_have_no_network_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37.16: without slirp4netns a sandboxed job has loopback only: doctor says so."""
+    if sandbox.unavailable() is not None:
+        pytest.skip("no sandbox here")
+    monkeypatch.setenv("AIR_SLIRP4NETNS", "no-such-slirp4netns")
+    check = sandbox.doctor_check()
+    assert check["status"] == "warn" and "loopback only" in check["detail"]
+    assert "slirp4netns" in check["next"]

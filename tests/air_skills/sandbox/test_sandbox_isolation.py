@@ -193,3 +193,40 @@ def test_hand_over_never_follows_a_link_or_a_hard_link(tmp_path: Path) -> None:
     assert victim.stat().st_uid == 0 and victim_dir.stat().st_uid == 0
     assert (jdir / "kept").stat().st_uid == 0
     assert os.lstat(jdir / "link").st_uid == 0
+
+
+def test_without_slirp4netns_a_job_has_loopback_only_and_its_log_says_so(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIR_SLIRP4NETNS", "no-such-slirp4netns")
+    probe = "import socket; print('IF', [n for _, n in socket.if_nameindex()])"
+    info = client.launch(JobSpec(command=[PY, "-c", probe], track=False, sandbox="on"))
+    done = client.wait([info.job_id], timeout_s=60)[0]
+    log = client.logs(info.job_id, tail=None).text
+    assert done.status == JobStatus.SUCCEEDED, (done.message, log)
+    assert "IF ['lo']" in log and "no network for this job" in log
+
+
+def test_a_sandbox_that_ends_before_its_job_runs_is_made_again(tmp_path: Path) -> None:
+    """bwrap's loopback set-up can fail under load before the job runs ("loopback: Failed
+    RTM_NEWADDR"): the start is tried once more, and the log says so."""
+    slirp = sandbox_net.slirp_path()
+    if slirp is None:
+        pytest.skip("no slirp4netns here")
+    real = sandbox.bwrap_path()
+    marker = tmp_path / "failed-once"
+    flaky = tmp_path / "flaky-bwrap"
+    flaky.write_text(
+        "#!/bin/sh\n"
+        f"if [ ! -e {marker} ]; then touch {marker}; echo 'bwrap: loopback: Failed' >&2;"
+        " exit 1; fi\n"
+        f'exec {real} "$@"\n'
+    )
+    flaky.chmod(0o755)
+    argv = [str(flaky), "--ro-bind", "/", "/", "--unshare-net", "--", "sh", "-c", "echo ran"]
+    log_path = tmp_path / "log"
+    with open(log_path, "wb") as log:
+        child = sandbox_net.popen(argv, slirp, log, stdout=log, stderr=log)
+        assert child.wait() == 0
+    text = log_path.read_text()
+    assert "made again" in text and text.rstrip().endswith("ran")
