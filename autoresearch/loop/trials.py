@@ -107,7 +107,8 @@ def build_request(
     now = now or time.time()
     return ProposalRequest(
         study=study,
-        trials=tuple(state.ordered()),
+        # never the final re-evaluation's runs: they hold the held-out metric
+        trials=tuple(t for t in state.ordered() if t.source != "final"),
         n=n,
         noise_floor=state.noise_floor,
         best_trial=state.best_trial,

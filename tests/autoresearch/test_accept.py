@@ -3,11 +3,14 @@ tables of cases, no processes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from ar_helpers import small_study
 
 from autoresearch.journal.journal import StudyState
 from autoresearch.loop import accept, decisions, final
+from autoresearch.loop.final_phase import _count_reuse
 from autoresearch.study.study import parse_study
 
 
@@ -107,3 +110,32 @@ def test_gap_words() -> None:
     same = {"val": stats(0.877), "search": stats(0.85), "holdout": stats(0.995, 0.05)}
     g = final.gap(study, {**base, "holdout": stats(1.0, 0.05)}, same)
     assert g["holdout_gain"] is False and g["verdict"].endswith("; no held-out gain")
+
+
+def test_a_holdout_raises_the_noise_repeats_with_a_note() -> None:
+    study = parse_study(small_study(objective={"metric": "loss", "holdout": "test_loss"}))
+    assert study.noise.repeats == 2 and study.final_runs is not None
+    assert study.notes and "noise.repeats raised from 0 to 2" in study.notes[0]
+    off = parse_study(small_study(objective={"metric": "loss", "holdout": "test_loss"},
+                                  final=False))  # fmt: skip
+    assert off.final_runs is None
+    assert parse_study(small_study()).final_runs is None  # no holdout: off unless asked
+
+
+def test_held_out_reuse_is_counted_per_split(tmp_path: Path) -> None:
+    study = parse_study(small_study(objective={"metric": "loss", "holdout": "test_loss"}))
+    assert [_count_reuse(tmp_path, study, s) for s in ("a", "b", "a", "c")] == [1, 2, 2, 3]
+    other = parse_study(small_study(objective={"metric": "loss", "holdout": "other_loss"}))
+    assert _count_reuse(tmp_path, other, "a") == 1  # another split
+
+
+def test_no_proposer_request_holds_a_final_run() -> None:
+    """suggest_trials after the search, too: a final run carries the held-out metric."""
+    from autoresearch.loop.trials import build_request
+
+    study = parse_study(small_study(base_config={"x": 0.0, "y": 0.0, "seed": 0}))
+    st = _state({0: 1.0, 1: 0.7}, best=1, floor=0.1)
+    st.apply({"event": "proposal", "trial": 2, "source": "final", "final_of": 1,
+              "config": {"x": 0.1, "y": 0.0, "seed": 1000}, "ts": 100.0})  # fmt: skip
+    request = build_request(study, st, 1)
+    assert [t.number for t in request.trials] == [0, 1]

@@ -37,6 +37,9 @@ def test_the_demo_shows_a_win_and_prints_the_report_and_plot(
     assert done.returncode == 0, done.stderr[-2000:]
     gain = re.search(r"baseline val_loss \S+ -> best \S+ \((-?\d+)% lower\)", done.stdout)
     assert gain and int(gain.group(1)) >= 20, done.stdout[-2000:]
+    # the final re-evaluation's validation gain beside its held-out gain (issue 40)
+    held = r"final re-evaluation, trial \d+ vs the baseline: val_loss [-+]\d+\.\d%, held-out"
+    assert re.search(held, done.stdout), done.stdout[-2000:]
     report = re.search(r"^report: (\S+)$", done.stdout, re.M)
     plot = re.search(r"^plot:\s+(\S+)$", done.stdout, re.M)
     assert report and Path(report.group(1)).is_file()
