@@ -559,7 +559,7 @@ def failure_note(log_path: str | None) -> str:
         with os.fdopen(open_job_file(log_path), "rb") as f:  # a FIFO there is not waited on
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 65536))
-            tail = f.read()
+            tail = f.read(65536)  # a log grown (or truncated long) since: not past it
     except OSError:
         return ""
     user = job_user()
