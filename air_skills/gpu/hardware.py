@@ -25,8 +25,15 @@ _MEMORY = re.compile(r"\b(\d+)\s*GB\b", re.IGNORECASE)
 _NOISE = re.compile(r"[-\s](HBM\d?e?|PCIe|SXM\d?|NVL)\b", re.IGNORECASE)  # packaging, memory type
 
 
+SIMULATED = "Simulated GPU"  # the simulated provider's device name (gpu/simulated.py)
+
+
 def gpu_class(name: str, memory_mb: int = 0) -> str:
-    """A GPU model name without vendor and packaging, with its memory: "H100 80GB", "A10G"."""
+    """A GPU model name without vendor and packaging, with its memory: "H100 80GB", "A10G".
+    A simulated GPU is "CPU": its job computes on this machine's CPU, as a CPU slot's does,
+    so their results compare (issue 39.6)."""
+    if name.strip().startswith(SIMULATED):
+        return "CPU"
     text = _VENDOR.sub("", name.strip())
     text = _VENDOR.sub("", text)  # "NVIDIA GeForce RTX 3060"
     mem = _MEMORY.search(text)
@@ -45,9 +52,17 @@ def hardware_class(info: dict[str, Any] | None) -> str | None:
     return info.get("class")
 
 
+def comparable_class(cls: str | None) -> str | None:
+    """The class a result compares by: a simulated GPU's (also as an older record wrote it,
+    "Simulated GPU 80GB", "2x Simulated GPU 80GB") is the CPU's."""
+    if cls and SIMULATED in cls:
+        return "CPU"
+    return cls
+
+
 def not_comparable(classes: list[str | None]) -> str | None:
     """The note "not comparable: H100 80GB vs A10G" when the known classes differ, else None."""
-    known = list(dict.fromkeys(c for c in classes if c))
+    known = list(dict.fromkeys(c for c in map(comparable_class, classes) if c))
     return f"not comparable: {' vs '.join(known)}" if len(known) > 1 else None
 
 
@@ -93,7 +108,7 @@ def describe(gpus: list[int], backend: str = "local") -> dict[str, Any]:
     mine = [devices[i] for i in gpus if i in devices]
     names = sorted({d.name for d in mine})
     classes = sorted({gpu_class(d.name, d.memory_mb) for d in mine})
-    if not gpus:
+    if not gpus or classes == ["CPU"]:  # no GPU, or simulated ones: the CPU computes
         cls = "CPU"
     elif classes:
         cls = (f"{len(gpus)}x " if len(gpus) > 1 else "") + " + ".join(classes)

@@ -14,6 +14,8 @@ def trial_class(t: Trial) -> str:
     """ "H100 80GB", "2x A10G", "CPU"; "" before its launch."""
     if t.gpu_type:
         classes = sorted({_class_of(name) for name in t.gpu_type.split(",") if name.strip()})
+        if classes == ["CPU"]:  # simulated GPUs: the CPU computes, as in a CPU slot
+            return "CPU"
         return (f"{t.gpus}x " if t.gpus > 1 else "") + " + ".join(classes)
     return "CPU" if t.job_id else ""
 

@@ -104,7 +104,8 @@ DECISIONS = {
     "keep": "keep: the new best",
     "discard": "discard: within the noise floor of the best, or worse",
     "incomparable": "incomparable: ran on another hardware class than the baseline, so not"
-    " judged (study `hardware: same`; `hardware: any` judges it)",
+    " judged (study `hardware: same`; `hardware: any` judges it; `gpus_per_trial` decides"
+    " where trials run)",
     "baseline": "baseline: the reference the others are judged against",
     "noise": "noise: a repeat of the baseline that measures the noise floor",
     "seed-ignored": "seed-ignored: its runs with different seeds gave the identical value, so"
