@@ -119,6 +119,14 @@ _TABLE = (
         default_text="unset: the user's (XDG_CACHE_HOME or ~/.cache); as root, $AIR_HOME/cache",
     ),
     Setting(
+        "AIR_SANDBOX_NETWORK", "str", "own",
+        "the network of a sandboxed job that may use one (`network: true`): `own`, a namespace"
+        " of its own with outbound access through slirp4netns, where the host's loopback"
+        " services (the page, air-mcp, MLflow, a Ray head) are out of reach; `host` grants it"
+        " the host's network, loopback included (as before issue 37)",
+        "`own` or `host`", lambda v: v in ("own", "host"),
+    ),
+    Setting(
         "AIR_SLIRP4NETNS", "str", "slirp4netns",
         "the user-mode network stack that gives a sandboxed job outbound network in its own"
         " namespace (the host's loopback stays out of reach): a name on PATH, or a path;"

@@ -250,6 +250,7 @@ def base_args(
     die_with_parent: bool = False,
     user: tuple[int, int] | None = None,
     tmp_size: int | None = None,
+    host_network: bool = False,
 ) -> tuple[tuple[str, ...], list[tuple[str, str, str]]]:
     """bwrap and its options for every job of this kind, and the device nodes ``dev`` (bwrap's
     arguments for /dev: sandbox_devices.py) binds on top, as mounts."""
@@ -267,7 +268,8 @@ def base_args(
     out += ["--cap-drop", "ALL"]
     for cap in USER_CAPS if user is not None else ():
         out += ["--cap-add", cap]
-    out += ["--unshare-pid", "--unshare-net", "--proc", "/proc", "--perms", "1777"]
+    out += ["--unshare-pid", *([] if host_network else ["--unshare-net"])]
+    out += ["--proc", "/proc", "--perms", "1777"]
     if tmp_size:  # its /tmp (memory, not disk) holds at most its disk cap (tmp_bytes)
         out += ["--size", str(tmp_size)]
     out += ["--tmpfs", "/tmp"]
@@ -313,8 +315,15 @@ def view(
     env = os.environ if environ is None else environ
     user = job_user(env)
     home_real = os.path.realpath(home)
+    # AIR_SANDBOX_NETWORK=host grants the host's network, loopback services included.
+    host_network = network and host_network_granted(env)
     base, out = base_args(
-        bwrap, dev=dev, die_with_parent=die_with_parent, user=user, tmp_size=tmp_size
+        bwrap,
+        dev=dev,
+        die_with_parent=die_with_parent,
+        user=user,
+        tmp_size=tmp_size,
+        host_network=host_network,
     )
     jreal = os.path.realpath(jdir)
     caches = sandbox_caches.plan(env, home_real, trusted=trusted, user=user)
@@ -366,7 +375,15 @@ def view(
             hand_over(real, user, (), depth=0)
         out[:0] = _unsearchable(user, [m[2] for m in out] + [cwd or ""])
         out = _passable_parents(out)
-    return View(base, tuple(out), cwd, tuple(caches.env.items()), user, network)
+    served = network and not host_network  # by slirp4netns (sandbox_net.py)
+    return View(base, tuple(out), cwd, tuple(caches.env.items()), user, served)
+
+
+def host_network_granted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether AIR_SANDBOX_NETWORK grants sandboxed jobs the host's network (``host``)
+    rather than a namespace of their own (``own``, the default)."""
+    env = os.environ if environ is None else environ
+    return settings.get("AIR_SANDBOX_NETWORK", env) == "host"
 
 
 def _passable_parents(mounts: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:

@@ -136,6 +136,7 @@ def prepare() -> None:
         dev=sandbox_devices.dev_args([], root),
         user=sandbox.job_user(),
         tmp_size=sandbox.tmp_bytes(settings.get("AIR_JOB_DISK_GB")),  # as a job's own
+        host_network=sandbox.host_network_granted(),
     )
     # What every job's view holds (sandbox.view): the interpreter and this toolkit (the
     # stub's too) where they lie under /tmp, private in there; the tmpfs over AIR_HOME.
@@ -144,7 +145,7 @@ def prepare() -> None:
     import socket
 
     mine, theirs = socket.socketpair()
-    slirp = sandbox_net.slirp_path()
+    slirp = None if sandbox.host_network_granted() else sandbox_net.slirp_path()
     net_fds: tuple[int, ...] = ()
     if slirp is not None:  # bwrap says its sandbox's pid; slirp4netns ends with it
         info_r, info_w = os.pipe()

@@ -230,3 +230,26 @@ def test_a_sandbox_that_ends_before_its_job_runs_is_made_again(tmp_path: Path) -
         assert child.wait() == 0
     text = log_path.read_text()
     assert "made again" in text and text.rstrip().endswith("ran")
+
+
+def test_the_host_network_is_granted_by_air_sandbox_network_host(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the user grants it (AIR_SANDBOX_NETWORK=host), a sandboxed job reaches the
+    host's loopback services again; network: false still cuts it."""
+    monkeypatch.setenv("AIR_SANDBOX_NETWORK", "host")
+    srv, port = _loopback_server()
+    try:
+        call = (
+            f"import socket; print('GOT', socket.create_connection(('127.0.0.1', {port})).recv(8))"
+        )
+        info = client.launch(JobSpec(command=[PY, "-c", call], track=False, sandbox="on"))
+        done = client.wait([info.job_id], timeout_s=60)[0]
+        log = client.logs(info.job_id, tail=None).text
+        assert done.status == JobStatus.SUCCEEDED and "GOT b'host'" in log, (done.message, log)
+        cut = client.launch(
+            JobSpec(command=[PY, "-c", call], track=False, sandbox="on", network=False)
+        )
+        assert client.wait([cut.job_id], timeout_s=60)[0].status == JobStatus.FAILED
+    finally:
+        srv.close()
