@@ -220,6 +220,10 @@ def suggest_trials(
     if not isinstance(n, int) or not 1 <= n <= 64:
         raise InvalidInput(f"n must be an integer from 1 to 64, got {n!r}", hint="pass n=1..64")
     folder: Path | None = None
+    if isinstance(study_dir_or_file, str | Path) and not Path(study_dir_or_file).exists():
+        # a study's name, as the other study tools take it (issue 39.7)
+        named = study_folder(study_dir_or_file)
+        study_dir_or_file = named if named.is_dir() else study_dir_or_file
     if isinstance(study_dir_or_file, str | Path) and Path(study_dir_or_file).is_dir():
         folder = Path(study_dir_or_file).expanduser().resolve()
     if folder is not None and Journal(folder).exists():

@@ -43,6 +43,10 @@ class TrialStatus(str, enum.Enum):
         return self.value
 
 
+# What a prior job's trial says in its rationale (loop/prior.py): not one of the search's.
+PRIOR_MARK = "run by hand"
+
+
 @dataclass
 class Trial:
     """One trial as the journal tells it."""
@@ -412,8 +416,12 @@ class StudyState:
 
     @property
     def search_trials(self) -> int:
-        """Trials of the search (``budget.trials`` counts these): not the final re-runs."""
-        return sum(1 for t in self.trials.values() if t.source != "final")
+        """Trials of the search (``budget.trials`` counts these): not the final re-runs, nor
+        the jobs run by hand that ``prior_jobs`` brought in (issue 39.7: 27 prior jobs once
+        spent a 12-trial budget before the study ran one)."""
+        return sum(
+            1 for t in self.trials.values() if t.source != "final" and PRIOR_MARK not in t.rationale
+        )
 
     def gpu_hours(self, now: float | None = None) -> float:
         total = 0.0

@@ -83,7 +83,7 @@ def journal_prior(folder: Any, study: Any, job_ids: list[str], client: Any) -> i
         if job is base:
             n, source, why = 0, "baseline", "the base config, run by hand"
         elif job["is_repeat"]:
-            n, source, why = number, "noise", "a repeat of the base config (another seed)"
+            n, source, why = number, "noise", "the base config, another seed, run by hand"
         else:
             n, source, why = number, "prior", "a prior job, run by hand"
         number += job is not base

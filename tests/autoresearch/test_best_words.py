@@ -54,3 +54,34 @@ def test_tpe_names_the_trial_whose_region_each_proposal_lies_in() -> None:
         nearest = min(trials, key=lambda t: abs(math.log(t.diff["lr"] / p.diff["lr"])))
         assert named == nearest.number, p.rationale
         assert ("(the kept best;" in p.rationale) == (named == 0)
+
+
+def test_suggest_trials_takes_a_study_name_as_the_other_study_tools_do(
+    study_home: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """39.7: suggest_trials refused the study's name that get_study and the others take."""
+    import yaml
+
+    from autoresearch.api import suggest_trials
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "studies" / "named"
+    folder.mkdir(parents=True)
+    (folder / "study.yaml").write_text(
+        yaml.safe_dump(small_study(name="named", search_space=SPACE))
+    )
+    out = suggest_trials("named", n=2)
+    assert len(out["suggestions"]) == 2 and out["study"] == "named"
+
+
+def test_prior_jobs_do_not_spend_the_trials_budget() -> None:
+    """39.7: 27 prior jobs once spent a 12-trial budget before the study ran a trial."""
+    from autoresearch.journal.journal import StudyState
+
+    study = parse_study(small_study(search_space=SPACE))
+    state = StudyState()
+    for n in range(27):
+        state.trials[n] = _trial(study, n, 1e-3, 0.5, "discard",
+                                 rationale=f"a prior job, run by hand: job-{n}")  # fmt: skip
+    state.trials[27] = _trial(study, 27, 1e-2, 0.4, "keep")
+    assert state.search_trials == 1

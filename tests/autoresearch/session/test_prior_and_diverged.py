@@ -35,7 +35,8 @@ def test_prior_jobs_alike_but_for_the_seed_are_noise_repeats_and_show_their_valu
         for n, c in enumerate(configs)
     ]
     assert all(i.status.value == "SUCCEEDED" for i in client.wait(ids, 120, any=False))
-    study = small_study(name="prior", base_config=base, budget={"trials": 4, "concurrency": 2})
+    # prior jobs do not spend budget.trials (issue 39.7): one trial of the study's own runs
+    study = small_study(name="prior", base_config=base, budget={"trials": 1, "concurrency": 2})
     study["noise"] = {"repeats": 2}
     folder = tmp_path / "prior"
     start_study(study, str(folder), background=False, prior_jobs=ids)
@@ -45,9 +46,11 @@ def test_prior_jobs_alike_but_for_the_seed_are_noise_repeats_and_show_their_valu
     assert sorted(finished_before) == [0, 1, 2, 3]  # ended prior jobs: finished at once
     trials = {t["trial"]: t for t in get_study(folder)["recent"]}
     sources = {e["trial"]: e["source"] for e in events if e["event"] == "proposal"}
-    assert sources == {0: "baseline", 1: "noise", 2: "noise", 3: "prior"}
-    assert len(client.list(limit=100).items) == 4  # nothing run again
-    assert all(trials[n]["value"] is not None for n in trials), trials
+    assert {n: sources[n] for n in range(4)} == {0: "baseline", 1: "noise", 2: "noise", 3: "prior"}
+    assert len(sources) == 5 and sources[4] not in ("baseline", "noise", "prior")
+    assert len(client.list(limit=100).items) == 5  # the prior jobs not run again; one search
+    assert get_study(folder)["budget"]["trials"] == {"used": 1, "limit": 1}
+    assert all(trials[n]["value"] is not None for n in range(4)), trials
     assert all(trials[n]["status"] == "SUCCEEDED" for n in trials), trials
 
 
