@@ -212,6 +212,13 @@ _TABLE = (
         "`on` or `off`", lambda v: v in ("on", "off"),
     ),
     Setting(
+        "AIR_TRACKING_WRITER", "str", "on",
+        "whether supervisors hand their MLflow writes to one writer process per home"
+        " (runtime/runs/tracking_writer.py: MLflow, ~170 MB, stays out of every supervisor):"
+        " `on`, or `off` to load MLflow in each supervisor",
+        "`on` or `off`", lambda v: v in ("on", "off"),
+    ),
+    Setting(
         "AIR_SUPERVISOR_LINGER_S", "float", 60.0,
         "seconds an idle supervisor waits for a pass to hand it a job (0: exit at once)",
         "a number of seconds >= 0", _at_least(0),

@@ -283,9 +283,14 @@ def exit_note(home: Path, data: list[dict[str, Any]], run_id: str | None) -> str
             unchecked.append(f"{item['name']} not re-checked (too large)")
     if changed and run_id:
         try:
-            from air_skills.tracking.mlflow import MlflowTracker
+            from air_skills.tracking.mlflow import tracking_uri
+            from air_skills.tracking.writer import tracker_for
 
-            log_inputs(MlflowTracker(home), run_id, changed, context="changed-during-run")
+            tracker = tracker_for(home, tracking_uri(home))  # the home's writer, or MLflow here
+            if hasattr(tracker, "log_data_inputs"):
+                tracker.log_data_inputs(run_id, changed, "changed-during-run")
+            else:
+                log_inputs(tracker, run_id, changed, context="changed-during-run")
         except Exception:
             pass  # the message below still says it
     note = ""

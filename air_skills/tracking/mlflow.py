@@ -213,6 +213,12 @@ class MlflowTracker:
     def set_attempt(self, run_id: str, attempt: int) -> None:
         self.client.set_tag(run_id, "air.attempt", str(attempt))
 
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        """Set ``tags`` on the run, in one batch."""
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
     def finish_run(
         self, run_id: str, status: str, summary: dict[str, float] | None = None
     ) -> list[str]:
@@ -254,6 +260,8 @@ class MlflowTracker:
         rows = self._sql(f"SELECT key, {_VALUE} FROM latest_metrics WHERE run_uuid = ?", (run_id,))
         if rows:
             return {k: _float(v) for k, v in rows}
+        if rows is not None and self._sql("SELECT 1 FROM runs WHERE run_uuid = ?", (run_id,)):
+            return {}  # a run with no metric yet: said without importing MLflow (~170 MB)
         try:
             return dict(self.client.get_run(run_id).data.metrics)
         except TrackingUnavailable:

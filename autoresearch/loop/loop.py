@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError, InvalidSpec, InvalidState, NotFound
+from air_skills.tracking import writer
 from autoresearch.journal.journal import (
     HEARTBEAT_S,
     Journal,
@@ -52,6 +53,7 @@ from autoresearch.study.folder import (
 from autoresearch.study.registry import register
 from autoresearch.study.study import Study, dump_study, parse_study
 
+IDLE_WAIT_S = 2.0  # the longest wait for running trials between two turns of the loop
 # Keys that define what a study measures; a resume may change budgets, never these.
 FIXED_ON_RESUME = (
     "name",
@@ -104,9 +106,7 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
         self.metric_seen = False
         self.curve_warned = False
         self.stop_why: str | None = None  # the reason a stop request gave
-        self.mirror = StudyMirror(
-            self.emit, lambda: self.client.tracker, lambda: self.state.parent_run_id
-        )
+        self.mirror = StudyMirror(self.emit, self._tracker, lambda: self.state.parent_run_id)
         self.prune_every_s = max(poll_s, 2.0)
         self._baseline_seen_at = 0.0
 
@@ -124,7 +124,14 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
 
             self._client = Client()
             self._client.runtime.keep_spares = True  # long-lived: claims spare MLflow runs
+            if writer.enabled():  # MLflow stays out of the loop: a trial's run, if no spare
+                self._client.runtime.make_runs_here = False  # is there, is its supervisor's
         return self._client
+
+    def _tracker(self) -> Any:
+        """The mirror's MLflow: the home's tracking writer (tracking/writer.py), or MLflow
+        in this process when AIR_TRACKING_WRITER is off."""
+        return writer.tracker_for(self.client.home, self.client.tracker.uri)
 
     # --- the run ---
 
@@ -292,7 +299,12 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
                 self.emit("heartbeat", running=len(active))
                 heartbeat = now
             try:
-                got = self.client.wait([t.job_id for t in active], timeout_s=self.poll_s, any=True)
+                # One wait of up to IDLE_WAIT_S (it returns as soon as a trial ends or stalls):
+                # its polls back off, where a new wait every poll_s polled ~25 times a second
+                # (2% of a core for a loop that only waits).
+                got = self.client.wait(
+                    [t.job_id for t in active], timeout_s=max(self.poll_s, IDLE_WAIT_S), any=True
+                )
                 infos = {i.job_id: i for i in got}
             except NotFound:
                 infos = {}

@@ -174,9 +174,7 @@ class MetricRelay:
 
     def pump(self) -> int:
         """Forward the lines logged since the last call; the number of metrics forwarded."""
-        from mlflow.entities import Metric, Param, RunTag
-
-        metrics: list[Any] = []
+        metrics: list[tuple[str, float, int, int]] = []  # (key, value, timestamp, step)
         offsets: dict[str, int] = {}
         for key, dir_fd, name in _files(self.jdir, (*self._parts, "metrics")):
             start = self._offsets.get(key, 0)
@@ -193,24 +191,24 @@ class MetricRelay:
                     step = int(parts[2]) if len(parts) > 2 else 0
                 except ValueError:
                     continue
-                metrics.append(Metric(key, value, ts, step))
+                metrics.append((key, value, ts, step))
             offsets[key] = start + end
-        params = [Param(k, v) for k, v in self._new("params", "p:")]
-        tags = [
-            RunTag(k, v)
+        params = dict(self._new("params", "p:"))
+        tags = dict(
+            (k, v)
             for k, v in self._new("tags", "t:")
             # the runtime's own tags stay its own; the job's asked experiment is the job's say
             if not k.startswith(("mlflow.", "air.")) or k == JOB_TAGS
-        ]
+        )
         if metrics or params or tags:
-            client = self._mlflow()
+            sink = self._sink()
             for i in range(0, len(metrics), _BATCH):
-                client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH])
+                sink.log_metrics(self.run_id, metrics[i : i + _BATCH])
             self._offsets.update(offsets)
             self.forwarded += len(metrics)
             if params or tags:
                 try:  # a param logged again with another value is refused: metrics went first
-                    client.log_batch(self.run_id, params=params, tags=tags)
+                    sink.log_params_tags(self.run_id, params, tags)
                 except Exception:
                     pass
         self._forward_artifacts()  # after the metrics: a large file does not hold them up
@@ -233,7 +231,7 @@ class MetricRelay:
                 if not _copy_regular(dir_fd, name, copy):
                     continue
                 under = os.path.dirname(rel) or None
-                self._mlflow().log_artifact(self.run_id, copy, artifact_path=under)
+                self._sink().log_artifact(self.run_id, copy, under)
                 self._artifacts[rel] = stamp
         finally:
             root.close()
@@ -249,12 +247,41 @@ class MetricRelay:
                 out.append((key, value.decode(errors="replace")))
         return out
 
-    def _mlflow(self) -> Any:
+    def _sink(self) -> Any:
+        """Where the lines go: the home's tracking writer (tracking/writer.py: MLflow stays
+        out of the supervisor), or MLflow in this process when the writer is off."""
         if self._client is None:
-            from mlflow.tracking import MlflowClient
+            from air_skills.tracking.writer import RemoteTracker, enabled
 
-            self._client = MlflowClient(self.uri)
+            home = self.jdir.parent.parent  # AIR_HOME/jobs/<job id>
+            self._client = RemoteTracker(home, self.uri) if enabled() else _LocalSink(self.uri)
         return self._client
+
+
+class _LocalSink:
+    """The relay's writes through MLflow in this process (AIR_TRACKING_WRITER=off)."""
+
+    def __init__(self, uri: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(uri)
+
+    def log_metrics(self, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
+        from mlflow.entities import Metric
+
+        self.client.log_batch(run_id, metrics=[Metric(*p) for p in points])
+
+    def log_params_tags(self, run_id: str, params: dict[str, str], tags: dict[str, str]) -> None:
+        from mlflow.entities import Param, RunTag
+
+        self.client.log_batch(
+            run_id,
+            params=[Param(k, v) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+
+    def log_artifact(self, run_id: str, path: str, artifact_path: str | None) -> None:
+        self.client.log_artifact(run_id, path, artifact_path=artifact_path)
 
 
 def _copy_regular(dir_fd: int, name: str, dest: str) -> bool:

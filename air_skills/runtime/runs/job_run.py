@@ -63,9 +63,9 @@ def job_uri(home: Path, jdir: Path, plan: dict[str, Any] | None = None) -> str:
 
 
 def _tracker(home: Path, jdir: Path, plan: dict[str, Any] | None) -> Any:
-    from air_skills.tracking.mlflow import MlflowTracker
+    from air_skills.tracking.writer import tracker_for
 
-    return MlflowTracker(home, job_uri(home, jdir, plan))
+    return tracker_for(home, job_uri(home, jdir, plan))  # the home's writer, or MLflow here
 
 
 def _run_tags(row: JobRecord, plan: dict[str, Any]) -> dict[str, str]:
@@ -87,7 +87,9 @@ def _config(jdir: Path) -> dict[str, Any]:
 def _log_extras(tracker: Any, run_id: str, row: JobRecord, plan: dict[str, Any]) -> None:
     """The run's data inputs and dirty diff (both best effort, as at launch before)."""
     data = row.spec_dict().get("data") or []
-    if data:
+    if data and hasattr(tracker, "log_data_inputs"):  # the writer fingerprints and logs them
+        tracker.log_data_inputs(run_id, data)
+    elif data:
         from air_skills.tracking.data import log_inputs
 
         log_inputs(tracker, run_id, data)
@@ -210,17 +212,22 @@ def record_hardware(home: Path, row: JobRecord, tracker: Any) -> None:
         info = describe(row.gpu_list(), row.backend)
         write_record(job_dir(home, row.job_id), info)
         if tracker is not None and row.run_id:
-            from mlflow.entities import RunTag
-
-            tags = [RunTag(k, v) for k, v in mlflow_tags(info).items()]
-            tracker.client.log_batch(row.run_id, tags=tags)
+            tracker.set_tags(row.run_id, mlflow_tags(info))
     except Exception:  # a record less: the job itself is not affected
         pass
 
 
 def keep_spares(home: Path, tracker: Any) -> None:
-    """Top up the spare runs of ``tracker``'s URI, from a store of this thread's own."""
+    """Top up the spare runs of ``tracker``'s URI, from a store of this thread's own (the
+    home's writer does it, when it holds MLflow)."""
     from air_skills.runtime.runs.spare_runs import top_up
+
+    if hasattr(tracker, "top_up_spares"):
+        try:
+            tracker.top_up_spares()
+        except Exception:
+            pass
+        return
 
     try:
         store = Store(home)

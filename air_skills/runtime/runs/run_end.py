@@ -38,7 +38,7 @@ def end_run(
         # Importing MLflow from two threads at once breaks it: let the warm-up finish.
         mlflow_ready.wait(timeout=60)
     try:
-        from air_skills.tracking.mlflow import MlflowTracker
+        from air_skills.tracking.writer import tracker_for
 
         jdir = job_dir(store.home, row.job_id)
         plan = read_plan(jdir)
@@ -53,7 +53,7 @@ def end_run(
             store.set_tracking(row.job_id, run_id, exp_id)
             drop_plan(jdir)
         uri = job_uri(store.home, jdir, plan)
-        MlflowTracker(store.home, uri).finish_run(run_id, status.value, values)
+        tracker_for(store.home, uri).finish_run(run_id, status.value, values)
     except Exception as exc:
         message += f" (MLflow run not ended: {str(exc)[:120]})"
         return message

@@ -132,8 +132,11 @@ def timer_pass(store: Store) -> None:
 
 
 def tracking_loaded() -> bool:
-    """Whether this process has MLflow loaded (a job's run, or load_tracking, imported it)."""
-    return "mlflow.tracking" in sys.modules
+    """Whether this process has MLflow loaded (a job's run, or load_tracking, imported it),
+    or has no need of it: the home's tracking writer does its MLflow writes."""
+    from air_skills.tracking.writer import enabled
+
+    return enabled() or "mlflow.tracking" in sys.modules
 
 
 def load_tracking(home: Path) -> None:
@@ -141,6 +144,11 @@ def load_tracking(home: Path) -> None:
     one idle a while): its next job's run (job_run) and metric relay would otherwise wait
     seconds for them."""
     try:
+        from air_skills.tracking.writer import enabled, ensure_writer
+
+        if enabled():  # MLflow stays out of this process: the home's writer is started
+            ensure_writer(home)
+            return
         from air_skills.tracking.mlflow import MlflowTracker, tracking_uri
 
         _ = MlflowTracker(home, tracking_uri(home)).client

@@ -506,11 +506,11 @@ def attach(home: Path, jdir: Path, row: Any, found: Stall, ready: Any = None) ->
         ready.wait(timeout=60)
     try:
         from air_skills.runtime.runs.job_run import job_uri
-        from air_skills.tracking.mlflow import MlflowTracker
+        from air_skills.tracking.writer import tracker_for
 
         text = stacks.read_small(Path(found.stacks_path), 1 << 20) or ""
         name = f"air/stacks-attempt-{row.attempts}.txt"
-        MlflowTracker(home, job_uri(home, jdir)).log_text(row.run_id, text, name)
+        tracker_for(home, job_uri(home, jdir)).log_text(row.run_id, text, name)
     except Exception:
         pass  # the stacks stay in the job's folder
 
