@@ -36,3 +36,4 @@ class AdvancedLaunch(BaseModel):
     )
     project: str | None = Field(default=None, max_length=64, description="for GPU quotas")
     preemptible: bool = Field(default=False, description="may be requeued for higher-priority jobs")
+    config_as: Literal["file", "args", "both"] | None = None  # None: both (--key=value flags too)
