@@ -13,7 +13,7 @@ from air_skills.runtime.execution import sandbox
 from air_skills.runtime.launch.orphans import sweep_orphans
 from air_skills.runtime.results.outcomes import max_infra_retries
 from air_skills.runtime.store.rebuild import records_check
-from air_skills.tracking.store_check import check_store
+from air_skills.tracking.store_check import artifacts_check, check_store
 
 if TYPE_CHECKING:
     from air_skills.client import Client
@@ -40,6 +40,7 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
     report = _with_check(report, engine_check.doctor_check(client.home))
     report = _with_check(report, sandbox.doctor_check())
     report = _with_check(report, quarantine.doctor_check(client.home))
+    report = _with_check(report, artifacts_check(client.home))
     from air_skills.backends.slurm.doctor import doctor_check as slurm_check
 
     return _with_check(report, slurm_check(client.home, client.store.setting("backend")))
