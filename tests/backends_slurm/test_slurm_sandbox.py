@@ -103,3 +103,18 @@ def test_an_identity_uses_only_the_backends_it_was_granted(slurm_client, tmp_pat
     (done,) = slurm_client.wait([info.job_id], timeout_s=120, any=False)
     assert done.status == JobStatus.SUCCEEDED, done.message
     assert done.sandbox and done.sandbox.startswith("bwrap")
+
+
+def test_a_gang_of_several_nodes_runs_unsandboxed_and_says_why(
+    slurm_client, tmp_path: Path
+) -> None:
+    """Its ranks reach each other over the nodes' network, which a sandbox cuts: `auto` runs
+    it without one, saying why on the job; `on` is refused before anything is submitted."""
+    from air_skills.errors import InvalidSpec
+
+    spec = JobSpec(command=[PY, "-c", "pass"], workdir=str(tmp_path), nodes=2, backend="slurm")
+    with pytest.raises(InvalidSpec) as exc:
+        slurm_client.launch(spec.model_copy(update={"sandbox": "on"}))
+    assert "cannot run sandboxed" in exc.value.message
+    info = slurm_client.launch(spec, dry_run=True)
+    assert info.job_id == "dry-run"

@@ -17,7 +17,7 @@ from pathlib import Path
 from air_skills import settings
 from air_skills.backends.base import already_finished
 from air_skills.backends.info import row_to_info
-from air_skills.backends.sandboxing import resolve_sandbox
+from air_skills.backends.sandboxing import REASON_TAG, resolve_sandbox
 from air_skills.backends.settle import finish
 from air_skills.backends.slurm import commands, staging, steps
 from air_skills.backends.slurm import reconcile as reconciling
@@ -40,6 +40,20 @@ from air_skills.status import JobStatus
 STOP_WAIT_S = 15.0
 
 
+def _gang_sandbox(spec: JobSpec) -> JobSpec:
+    """A gang of several nodes runs without a sandbox: its ranks reach each other over the
+    nodes' network, which a sandbox's network namespace cuts. Said on the job; `on` refused."""
+    if spec.sandbox == "on":
+        raise InvalidSpec(
+            "a gang of several nodes on Slurm cannot run sandboxed (its ranks reach each other"
+            " over the nodes' network, which a sandbox cuts): nothing launched",
+            hint="run it on one node (nodes: 1, procs: GPUs), or launch it as the pool's owner"
+            " (an identity needs --allow-unsandboxed) without sandbox: on",
+        )
+    why = "a gang of several nodes needs the nodes' network"
+    return spec.model_copy(update={"sandbox": "off", "tags": {**spec.tags, REASON_TAG: why}})
+
+
 class SlurmBackend:
     """Submit, reconcile, cancel and read logs of jobs on Slurm, over one AIR_HOME."""
 
@@ -53,7 +67,7 @@ class SlurmBackend:
         self._check(spec)
         # The node runs it under the same sandbox as a local job (bwrap: runner.py); `on`
         # where none can be made is refused here, as a code trial's always is.
-        spec = resolve_sandbox(spec, rt.home)
+        spec = _gang_sandbox(spec) if spec.nodes > 1 else resolve_sandbox(spec, rt.home)
         name = job_name(spec.name, spec.command)
         if dry_run:
             opts = " ".join(sbatch_options("job-…", spec, rt.home / "jobs" / "JOB"))

@@ -125,7 +125,6 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
     if (sdir := staging.stage_dir(rt.home, row.job_id)) is not None:
         staging.fetch(jdir, sdir)  # the log and exit record from the shared storage
     _relay(rt, row, jdir)
-    _relay(rt, row, jdir)
     if job is None:  # Slurm has forgotten it (MinJobAge): its files say how it ended
         ended = read_exit(jdir)
         if ended is None:
@@ -193,19 +192,6 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
         return _infra_retry(rt, row, spec, cause.what, *cause.nodes)
     why = "out of memory" if state == "OUT_OF_MEMORY" else f"exit code {code}"
     return _user_failure(rt, row, spec, why, code)
-
-
-def _relay(rt: LaunchContext, row: JobRecord, jdir: Path) -> None:
-    """A sandboxed job's metrics, params, tags and artifacts, forwarded from its own store to
-    its run (metric_relay.py): on each reconcile, as a local job's supervisor does."""
-    if not row.run_id:
-        return
-    from air_skills.runtime.execution.metric_relay import open_relay
-    from air_skills.tracking.mlflow import tracking_uri
-
-    relay = open_relay(jdir, row.run_id, row.experiment_id, tracking_uri(rt.home))
-    if relay is not None:
-        relay.stop()  # no thread: forwards what is new, notes how far
 
 
 def _relay(rt: LaunchContext, row: JobRecord, jdir: Path) -> None:

@@ -127,7 +127,14 @@ def write_launch(rt: LaunchContext, row: JobRecord, spec: JobSpec) -> Path:
     plain = {**data, "image": None, **({"procs": 1, "nodes": 1} if spec.nodes > 1 else {})}
     if spec.image:  # its container is its sandbox, as a local image job's
         plain["sandbox"] = "off"
-    launch = command_launch(rt.home, row, plain, list(range(spec.gpus)))
+    sandboxed = plain.get("sandbox") == "on"
+    rdir = staging.stage_dir(rt.home, row.job_id) or jdir  # where the node runs it
+    if rdir != jdir:  # its sandbox is made for the staged folder, below
+        plain["sandbox"] = "off"
+    gpus = list(range(spec.gpus))
+    if sandboxed and spec.gpus:  # Slurm picks them on the node (its cgroup confines the job)
+        gpus = list(range(max(spec.gpus, _gpu_nodes())))
+    launch = command_launch(rt.home, row, plain, gpus)
     if spec.image:
         argv = steps.container_argv(spec.image, launch.argv, jdir, launch.cwd)
         launch = replace(launch, argv=argv)
@@ -142,15 +149,57 @@ def write_launch(rt: LaunchContext, row: JobRecord, spec: JobSpec) -> Path:
         "log_path": row.log_path,
         "config": spec.config,
         # bwrap wraps the command (argv[0]): a node without it refuses the job (runner.py)
-        "sandbox": plain.get("sandbox") == "on",
+        "sandbox": sandboxed,
         "slirp": launch.slirp,  # the user-mode network that serves it, where there is one
     }
-    rdir = staging.stage_dir(rt.home, row.job_id) or jdir  # where the node runs it
     if rdir != jdir:
         record = staging.stage(jdir, rdir, record)
+        if sandboxed:
+            record.update(_staged_sandbox(rt, spec, record, rdir, gpus))
     _write_private(rdir / LAUNCH_FILE, json.dumps(record))
     _write_private(rdir / SCRIPT_FILE, batch_script(rdir, spec.nodes), 0o700)
     return rdir
+
+
+def _gpu_nodes() -> int:
+    """How many ``nvidiaN`` nodes this host's device folder holds (a Slurm node's, here)."""
+    from air_skills.runtime.execution.sandbox_devices import gpu_nodes
+
+    root = settings.get("AIR_SANDBOX_DEV_ROOT") or "/dev"
+    return sum(1 for n in gpu_nodes(root) if n.startswith("nvidia") and n[6:].isdigit())
+
+
+def _staged_sandbox(
+    rt: LaunchContext, spec: JobSpec, record: dict[str, Any], sdir: Path, gpus: list[int]
+) -> dict[str, Any]:
+    """The staged command in the sandbox a local job gets, made for its staged folder (the
+    node cannot read AIR_HOME): its argv, and the slirp4netns that serves its network."""
+    from air_skills.runtime.execution import job_env, sandbox, sandbox_devices, sandbox_net
+
+    said = job_env.launch_environment(os.environ)
+    bwrap = sandbox.bwrap_path(said)
+    if bwrap is None:
+        raise sandbox.SandboxUnavailable(sandbox.unavailable(said) or "no bwrap")
+    command = record["argv"]
+    (sdir / "checkpoints").mkdir(exist_ok=True)  # made now: handed to the job's uid below
+    root = settings.get("AIR_SANDBOX_DEV_ROOT", said) or "/dev"
+    view = sandbox.view(
+        command,
+        bwrap=bwrap,
+        home=rt.home,
+        jdir=sdir,
+        cwd=record["cwd"],
+        workdir=record["cwd"],
+        writable=spec.writable,
+        network=spec.network,
+        hidden=spec.hidden,
+        dev=sandbox_devices.dev_args(gpus, root),
+        environ={**said, **record["env"]},
+        trusted=not spec.patch,
+        tmp_size=sandbox.tmp_bytes(spec.disk_gb or settings.get("AIR_JOB_DISK_GB", said)),
+    )
+    slirp = sandbox_net.slirp_path(said) if view.network else None
+    return {"argv": view.argv(command), "slirp": slirp}
 
 
 def submit(
