@@ -118,3 +118,23 @@ def test_a_gang_of_several_nodes_runs_unsandboxed_and_says_why(
     assert "cannot run sandboxed" in exc.value.message
     info = slurm_client.launch(spec, dry_run=True)
     assert info.job_id == "dry-run"
+
+
+def test_a_slurm_job_past_its_disk_cap_is_stopped(slurm_client, tmp_path: Path) -> None:
+    """Checked on each reconcile (no supervisor of ours runs beside a Slurm job)."""
+    from helpers import wait_until
+
+    writer = (
+        "import os, time\n"
+        "with open(os.path.join(os.environ['AIR_CHECKPOINT_DIR'], 'big.bin'), 'wb') as f:\n"
+        "    f.write(os.urandom(20 << 20)); f.flush(); os.fsync(f.fileno())\n"
+        "print('wrote', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    spec = JobSpec(command=[PY, "-c", writer], workdir=str(tmp_path), disk_gb=0.01, track=False)
+    info = slurm_client.launch(spec)
+    wait_until(lambda: "wrote" in slurm_client.logs(info.job_id).text, timeout_s=90)
+    done = wait_until(
+        lambda: (i := slurm_client.get(info.job_id)).status.is_terminal() and i, timeout_s=60
+    )
+    assert done.status == JobStatus.FAILED and "wrote past its cap of 0.01 GB" in done.message

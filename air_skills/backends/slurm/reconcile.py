@@ -20,6 +20,7 @@ runner's ``slurm-exit.json`` settles it. An unreachable controller changes nothi
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from pathlib import Path
@@ -149,6 +150,17 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
         rt.store.set_message(row.job_id, f"QUEUED on Slurm as job {sid}: {reason}")
         return 0
     if state in ACTIVE:
+        if row.status == "RUNNING" and (over := _past_disk_cap(rt, row, sdir or jdir)):
+            commands.scancel(sid)  # as a local supervisor stops it (supervision/disk_cap.py)
+            return finish(
+                rt,
+                row,
+                JobStatus.FAILED,
+                f"FAILED: {over}; the job was stopped. Next: keep fewer or smaller checkpoints"
+                " and outputs in its folder, or raise disk_gb, then relaunch",
+                failure_kind="user",
+                done_marker=DONE,
+            )
         if row.status == "QUEUED":
             with rt.store.tx() as c:
                 rt.store.mark_running(c, row.job_id, [], row.cpus or 1, False)
@@ -192,6 +204,16 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
         return _infra_retry(rt, row, spec, cause.what, *cause.nodes)
     why = "out of memory" if state == "OUT_OF_MEMORY" else f"exit code {code}"
     return _user_failure(rt, row, spec, why, code)
+
+
+def _past_disk_cap(rt: LaunchContext, row: JobRecord, folder: Path) -> str | None:
+    """What to say of a running job past its disk cap (disk_gb, AIR_JOB_DISK_GB), checked on
+    each reconcile: a Slurm job has no supervisor on this machine to poll it."""
+    from air_skills.runtime.supervision.disk_cap import DiskWatch, cap_gb
+
+    spec = json.loads(row.spec)
+    cap = cap_gb(spec, None)
+    return DiskWatch(folder, cap).tick(0.0) if cap else None
 
 
 def _relay(rt: LaunchContext, row: JobRecord, jdir: Path) -> None:
