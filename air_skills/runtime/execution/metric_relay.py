@@ -126,6 +126,7 @@ class MetricRelay:
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self.forwarded = 0
+        self.children: Any = None  # child_relay.ChildRuns, once started
 
     def _load_offsets(self) -> dict[str, int]:
         try:
@@ -141,6 +142,9 @@ class MetricRelay:
 
     def start(self, mlflow_ready: threading.Event | None) -> MetricRelay:
         """Forward in a thread, once this process's MLflow import is done (``mlflow_ready``)."""
+        from air_skills.runtime.execution.child_relay import ChildRuns
+
+        self.children = ChildRuns(self)  # the job's relay only: a child's is never started
         self._thread = threading.Thread(target=self._loop, args=(mlflow_ready,), daemon=True)
         self._thread.start()
         return self
@@ -152,6 +156,8 @@ class MetricRelay:
             self._thread.join(30)
         try:
             self.pump()
+            if self.children is not None:
+                self.children.finish()
         except Exception:
             pass
         # The job may have put a link at mlruns/.relay.json (or mlruns): written by descriptor
@@ -212,6 +218,8 @@ class MetricRelay:
                 except Exception:
                     pass
         self._forward_artifacts()  # after the metrics: a large file does not hold them up
+        if self.children is not None:  # the job's child runs (nested), relayed as its own
+            self.children.pump()
         return len(metrics)
 
     def _forward_artifacts(self) -> None:

@@ -38,6 +38,7 @@ import mlflow
 with mlflow.start_run():
     mlflow.log_metric("val_loss", 0.75)
     with mlflow.start_run(nested=True):
+        mlflow.log_param("fold", 1)
         mlflow.log_metric("fold_loss", 1.5)
 """
 AUTOLOG = """
@@ -90,9 +91,17 @@ def test_a_named_run_logs_into_the_jobs_run(
     assert not (tmp_path / "mlruns").exists()
 
 
-def test_nested_runs_keep_the_parent_metric(client: Client, tmp_path: Path) -> None:
+def test_nested_runs_reach_the_store_as_children(client: Client, tmp_path: Path) -> None:
     info = run_job(client, tmp_path, NESTED)
     assert client.metrics(info.job_id).latest["val_loss"] == 0.75
+    mc = client.tracker.client
+    children = mc.search_runs(
+        [info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{info.run_id}'"
+    )
+    assert len(children) == 1, children  # relayed out of the sandbox, a child of the job's run
+    child = children[0]
+    assert child.data.metrics["fold_loss"] == 1.5 and child.data.params["fold"] == "1"
+    assert child.info.status == "FINISHED"
 
 
 def test_autolog_with_scikit_learn(client: Client, tmp_path: Path) -> None:

@@ -59,6 +59,8 @@ def _patch(mlflow: object) -> None:
         top = not args and not kwargs.get("nested") and kwargs.get("run_id") is None
         if top and mlflow.active_run() is None:  # type: ignore[attr-defined]
             kwargs["run_id"] = run_id
+            # as MLflow does once it used it: a nested run must not resume it as its "child"
+            os.environ.pop("MLFLOW_RUN_ID", None)
         return start_run(*args, **kwargs)
 
     air_set_experiment.__doc__ = set_experiment.__doc__
