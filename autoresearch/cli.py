@@ -429,6 +429,8 @@ def demo(
         from autoresearch.study.folder import PLOT_FILE
 
         out.print(f"plot:   {Path(summary['report']).with_name(PLOT_FILE)}")
+    if page is not None:  # its page ended with it: how to open it again
+        out.print(f"page:   stopped with the demo; reopen it: autoresearch serve {folder}")
 
 
 def demo_gains(fin: dict[str, Any]) -> str:
