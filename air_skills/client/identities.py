@@ -117,7 +117,7 @@ class IdentityMixin:
                 update["sandbox"] = "on"  # never `auto`: none where none can be made
             asked = {**spec.model_dump(mode="json"), **update, "gpus": 0}
             asked["workdir"] = os.path.realpath(spec.workdir or os.getcwd())
-            check_rights(who, asked)  # the token's own rights, as the caller holds them
+            check_rights(who, asked, os.fspath(self.home))  # the token's rights, as held
             with self.store.tx() as c:  # a clear refusal before anything is built
                 check_launch(c, asked, who.name, spec.project or who.project)
         return spec.model_copy(update=update)

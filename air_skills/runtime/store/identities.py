@@ -278,10 +278,21 @@ def _under(path: str, roots: list[str]) -> bool:
     return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def check_rights(who: Identity, spec: Mapping[str, Any]) -> None:
+def check_rights(who: Identity, spec: Mapping[str, Any], home: str | None = None) -> None:
     """An identity's job stays within its rights (module docstring): one ``forbidden`` naming
-    every field it may not ask for. ``spec`` as JSON data (workdir resolved or not)."""
+    every field it may not ask for. ``spec`` as JSON data (workdir resolved or not). With
+    ``home`` (AIR_HOME), no folder of the job may lie in it: a snapshot of that workdir would
+    copy the store and the agents' token files into the job's view."""
     problems: list[str] = []
+    if home is not None:
+        inside_home = [os.fspath(os.path.realpath(home))]
+        named = [
+            ("workdir", spec.get("workdir")),
+            *(("writable", p) for p in spec.get("writable") or ()),
+        ]
+        for what, path in named:
+            if path and _under(str(path), inside_home):
+                problems.append(f"{what} {path} inside AIR_HOME")
     backend = spec.get("backend") or "local"
     if backend not in who.backends:
         problems.append(f"backend {backend!r} (it may use: {', '.join(who.backends)})")

@@ -252,3 +252,13 @@ def test_mcp_token_add_takes_the_rights_and_saves_the_token_hidden(
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     assert bad.returncode != 0 and "data root 'relative/dir'" in bad.stderr
+
+
+async def test_a_limited_identity_cannot_snapshot_air_home(
+    pool: dict[str, Any], air_home: Path
+) -> None:
+    """A snapshot of AIR_HOME as its workdir would copy the store and the agents' token files
+    (AIR_HOME/mcp-tokens) into the job's own view, past the sandbox that hides them."""
+    async with over_http(pool["url"], pool["tokens"]["vis"]) as vis:
+        home = refusal(await vis.call_tool("launch_job", launch_args(workdir=str(air_home))))
+        assert "[forbidden]" in home and "inside AIR_HOME" in home
