@@ -255,6 +255,59 @@ def stop(
 
 @app.command()
 @_guard
+def steer(
+    study_dir: str = typer.Argument(..., help="the study folder (or its name)"),
+    note: str | None = typer.Option(None, "--note", help="a note the proposer reads next"),
+    enqueue: list[str] = typer.Option(
+        [], "--enqueue", help="a config diff to run next, as JSON: '{\"lr\": 0.01}' (repeatable)"
+    ),
+    patch_file: list[Path] = typer.Option(
+        [], "--enqueue-patch", help="a patch file to run next as a trial (repeatable)"
+    ),
+    budget: list[str] = typer.Option(
+        [], "--budget", help="KEY=VALUE: a new limit (trials, wall_time_min, gpu_hours, llm_usd)"
+    ),
+    pin: list[str] = typer.Option([], "--pin", help="KEY=VALUE: pin a parameter (repeatable)"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Steer a study without a restart: a note, trials to run next, a budget, pinned
+    parameters. Journaled, shown by status and the report, kept across a resume."""
+    import json
+
+    from air_skills.cli.launch_spec import parse_value
+    from autoresearch.api import steer_study
+
+    def pairs(items: list[str], what: str) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise typer.BadParameter(f"{what} {item!r}: give KEY=VALUE")
+            out[key] = parse_value(value)
+        return out
+
+    queued: list[dict[str, object]] = []
+    for text in enqueue:
+        try:
+            queued.append({"diff": json.loads(text)})
+        except ValueError:
+            raise typer.BadParameter(f"--enqueue {text!r}: not JSON") from None
+    queued += [{"patch": p.read_text()} for p in patch_file]
+    summary = steer_study(
+        study_dir,
+        note=note,
+        enqueue=queued or None,
+        budget=pairs(budget, "--budget") or None,  # type: ignore[arg-type]
+        pin=pairs(pin, "--pin") or None,
+    )
+    if as_json:
+        _emit_summary(summary, as_json)
+    else:
+        out.print(summary.get("steered", ""))
+
+
+@app.command()
+@_guard
 def suggest(
     study: Path = typer.Argument(..., help="a study folder (uses its history) or study file"),
     n: int = typer.Option(1, "-n", help="how many diffs"),

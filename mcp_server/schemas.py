@@ -38,10 +38,7 @@ JOB_SCHEMA_FIELDS = (
     "name",
     "status",
     "failure_kind",
-    "exit_code",
     "message",
-    "log_tail",
-    "config",
     "score",
 )
 

@@ -61,23 +61,17 @@ Resources: air://jobs/{job_id} (a job), air://jobs/{job_id}/log (its log), air:/
 Prompt: agent_research.
 """
 
+# Hints at MCP's defaults (readOnlyHint false, idempotentHint false, openWorldHint true) are
+# left out: the tool list is sent in every session and must stay under 16 KB (issue 39).
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-LAUNCH = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-)
-CANCEL = ToolAnnotations(
-    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-)
+LAUNCH = ToolAnnotations(destructive_hint=False, open_world_hint=False)
+CANCEL = ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 EXPORT = ToolAnnotations(  # a new branch at most: never a change to a branch or the tree
-    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+    destructive_hint=False, open_world_hint=False
 )
-STUDY_WRITE = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
-)
-STUDY_STOP = ToolAnnotations(
-    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-)
-STUDY_READ = ToolAnnotations(read_only_hint=True, open_world_hint=True)
+STUDY_WRITE = ToolAnnotations(destructive_hint=False)
+STUDY_STOP = ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+STUDY_READ = ToolAnnotations(read_only_hint=True)
 
 RESEARCH_PROMPT_FALLBACK = """\
 You are running ML research on GPUs through the air-mcp tools.
@@ -202,6 +196,7 @@ def build_server(client: Client | None = None) -> AirMCPServer:
         study_wait_tool(client, STUDY_READ),
         plain_tool(tools.suggest_trials, client, STUDY_WRITE, "Suggest trials"),
         plain_tool(tools.stop_study, client, STUDY_STOP, "Stop a study"),
+        plain_tool(tools.steer_study, client, STUDY_WRITE, "Steer a study"),
     ]
     server = AirMCPServer(
         "air-mcp",

@@ -30,7 +30,13 @@ from mcp_server import tools
 from mcp_server.adapter import describe, error_result, forbid_extra, ok_result
 from mcp_server.render import render_reply, render_wait
 from mcp_server.schemas import StudyReply, WaitReply
-from mcp_server.tools.studies import STUDY_POLL_S, study_look, study_moved, study_waited
+from mcp_server.tools.studies import (
+    STUDY_POLL_S,
+    parse_cursor,
+    study_look,
+    study_moved,
+    study_waited,
+)
 from mcp_server.tools.wait import WaitProgress, batch_ids, wait_check, wait_is_over, wait_reply
 
 MAX_WAITS_PER_SESSION = 64
@@ -150,18 +156,20 @@ def wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
 
 
 async def wait_study_async(
-    study: str, timeout_s: float, limiter: anyio.CapacityLimiter
+    study: str, timeout_s: float, limiter: anyio.CapacityLimiter, since: str | None = None
 ) -> StudyReply:
-    """Wait until a trial of the study ends or the study stops, without holding a thread."""
+    """Wait until a trial of the study ends or the study stops, without holding a thread;
+    with ``since`` (a reply's cursor), what changed since that reply."""
+    seen = parse_cursor(since)
     first = now = await anyio.to_thread.run_sync(study_look, study, limiter=limiter)
     deadline = time.monotonic() + timeout_s
-    while not study_moved(first, now):
+    while not study_moved(first, now, seen):
         left = deadline - time.monotonic()
         if left <= 0:
             break
         await anyio.sleep(min(STUDY_POLL_S, left))
         now = await anyio.to_thread.run_sync(study_look, study, limiter=limiter)
-    return study_waited(first, now)
+    return study_waited(first, now, seen)
 
 
 def study_wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
@@ -171,7 +179,7 @@ def study_wait_tool(client: Client, annotations: ToolAnnotations) -> Tool:
 
     async def wait(ctx: Context, limiter: anyio.CapacityLimiter, kwargs: dict[str, Any]) -> Any:
         timeout_s = kwargs.get("timeout_s", sig.parameters["timeout_s"].default)
-        return await wait_study_async(kwargs["study"], timeout_s, limiter)
+        return await wait_study_async(kwargs["study"], timeout_s, limiter, kwargs.get("since"))
 
     call = _slotted(
         WaitSlots(tool="wait_for_study"), wait, lambda r: render_reply("wait_for_study", r)

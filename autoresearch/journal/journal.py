@@ -19,6 +19,7 @@ from typing import Any
 from air_skills.errors import InvalidState
 from autoresearch.journal.faults import crash_point
 from autoresearch.journal.journal_check import problem
+from autoresearch.journal.steering import STEER, Steering
 from autoresearch.spec.safe_read import read_regular
 
 JOURNAL = "journal.jsonl"
@@ -232,6 +233,7 @@ class StudyState:
     final_started: dict[str, Any] | None = None
     final_done: dict[str, Any] | None = None
     holdout_reads: int = 0  # runs of this study that read the held-out split
+    steering: Steering = field(default_factory=Steering)  # steer_study's requests (steering.py)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (event index, why): replay
     sessions: int = 0
     started_ts: float | None = None
@@ -284,7 +286,10 @@ class StudyState:
             self.experiment_id = ev.get("experiment_id")
         elif kind == "study_updated":
             self.study = ev.get("study") or self.study
+        elif kind == STEER:
+            self.steering.apply(ev)
         elif kind == "proposal":
+            self.steering.taken(ev.get("steer_id"))
             n = int(ev["trial"])
             self.trials[n] = Trial(
                 number=n,

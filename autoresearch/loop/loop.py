@@ -274,6 +274,7 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
             self._poll(infos)
             self._check_waste()
             self._decide()
+            self._steer()
             self._check_stops()
             if self.hard_stop:
                 self._cancel_active(self.hard_stop)
@@ -330,6 +331,21 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
                 t.curve = self._curve(t.job_id, self.study.objective.curve_metric)
 
     # --- budgets and stops ---
+
+    def _steer(self) -> None:
+        """Journal the steering requests left for this loop (steer_study), then hold the
+        study to the budget they set (again after a resume: the journal has them)."""
+        from autoresearch.study.steer_requests import take_steer_requests
+
+        for request in take_steer_requests(self.dir):
+            self.emit("steer", **request)
+            self.log(self.state.steering.line(request))
+        changed = self.state.steering.budget
+        if changed and any(getattr(self.study.budget, k) != v for k, v in changed.items()):
+            budget = self.study.budget.model_copy(update=changed)
+            self.study = self.study.model_copy(update={"budget": budget})
+            if self.soft_stop and self.soft_stop.startswith("budget:"):
+                self.soft_stop = None  # a raised budget: the search goes on
 
     def _check_stops(self) -> None:
         request = take_stop_request(self.dir)

@@ -88,6 +88,26 @@ class SlotFilling:
             launched, slots = launched + 1, slots - 1
         if slots <= 0 or waste.baseline_pending(self.state):
             return launched  # the proposer's trials wait until the baseline shows it works
+        pins = self.state.steering.pins
+        for queued in list(self.state.steering.queue)[:slots]:  # steer_study's, first
+            diff = {**(queued.get("diff") or queued.get("config") or {}), **pins}
+            code = {k: queued[k] for k in ("patch", "parent") if queued.get(k) is not None}
+            number = self.state.next_number
+            self.emit(
+                "proposal",
+                trial=number,
+                source="steer",
+                diff=diff,
+                config=study.config_for(diff),
+                rationale="queued by steer_study"
+                + (f": {note}" if (note := queued.get("note")) else ""),
+                steer_id=queued.get("id"),
+                **code,
+            )
+            self._launch(self.state.trials[number])
+            launched, slots = launched + 1, slots - 1
+        if slots <= 0:
+            return launched
         request = self._request(slots)
         assert self._proposer is not None
         result = suggest(self._proposer, request)
@@ -95,12 +115,13 @@ class SlotFilling:
             self.emit(kind, **fields)
         for p in result.proposals:
             number = self.state.next_number
+            diff = {**p.diff, **pins}  # a pinned parameter holds, whatever the proposer said
             self.emit(
                 "proposal",
                 trial=number,
                 source=p.source,
-                diff=p.diff,
-                config=study.config_for(p.diff),
+                diff=diff,
+                config=study.config_for(diff),
                 rationale=p.rationale,
                 **_code_fields(p),
             )

@@ -116,4 +116,6 @@ def build_request(
         llm_usd_left=budgets.llm_usd_left(study, state),
         purpose=purpose,
         code=code,
+        notes=tuple(state.steering.notes),
+        pins=dict(state.steering.pins),
     )

@@ -33,6 +33,8 @@ class ProposalRequest:
     purpose: str = "propose"  # propose | suggest
     code: Any = None  # a code study's CodeBase: proposals may carry patches
     pending_code: tuple[str, ...] = ()  # the patch digests of ``pending``, in order
+    notes: tuple[str, ...] = ()  # steer_study's notes, read from the next call on
+    pins: dict[str, Any] = field(default_factory=dict)  # parameters steer_study pinned
 
     def taken(self) -> dict[str, str]:
         """Trial keys (config and code) already used, each with a label saying where."""

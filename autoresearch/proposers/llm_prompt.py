@@ -148,6 +148,10 @@ def render_prompts(request: ProposalRequest) -> tuple[str, str]:
         n=request.n,
         code=code_section(request.code, request.trials, request.best_trial),
     )
+    if request.notes or request.pins:  # steer_study: what the study's owner asks of the search
+        lines = [f"- {note}" for note in request.notes[-10:]]
+        lines += [f"- {k} is pinned to {v!r}: keep it" for k, v in request.pins.items()]
+        user += "\n\nNotes from the study's owner (steer_study):\n" + "\n".join(lines)
     return system, user
 
 

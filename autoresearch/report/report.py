@@ -247,6 +247,9 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
         else:
             lines.append("(none: the base config is the best)")
         lines += ["", "Full config:", "", "```json", json.dumps(best.config, indent=2), "```"]
+    if state.steering.log:  # steer_study's requests, in the order they came
+        lines += ["", "## Steering", ""]
+        lines += [f"- {state.steering.line(e)}" for e in state.steering.log]
     lines += final_lines(study, state)
     lines += ["", f"![objective per trial]({plot_name})", "", "## Trials", ""]
     lines += [

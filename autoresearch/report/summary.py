@@ -154,7 +154,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         phase = "interrupted"
     trials = state.ordered()
     counts = {s.value.lower(): sum(1 for t in trials if t.status == s) for s in TrialStatus}
-    b = study.budget
+    b = study.budget.model_copy(update=state.steering.budget)  # as steer_study set it
     wall_min = (state.wall_s_now(now) if alive else state.wall_s) / 60
     best = best_trial(state)
     out: dict[str, Any] = {
@@ -178,6 +178,14 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         # the lowest single value seen, when another trial's than the kept best's, and why
         # it was not kept (autoresearch/journal/best.py: one meaning of "best" everywhere)
         "lowest_seen": lowest_seen(trials, state.best_trial, study.objective.direction),
+        # steer_study's requests (the newest five), what it pinned and what waits in its queue
+        "steering": {
+            "requests": [state.steering.line(e) for e in state.steering.log[-5:]],
+            "pins": state.steering.pins,
+            "queued": len(state.steering.queue),
+        }
+        if state.steering.log
+        else None,
         "running": [
             {**_trial_brief(t), "steps": t.steps}
             for t in trials

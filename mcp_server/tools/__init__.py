@@ -18,6 +18,7 @@ from mcp_server.tools.logs import get_logs
 from mcp_server.tools.studies import (
     get_study,
     start_study,
+    steer_study,
     stop_study,
     suggest_trials,
     wait_for_study,
@@ -38,6 +39,7 @@ __all__ = [
     "list_jobs",
     "start_study",
     "get_study",
+    "steer_study",
     "stop_study",
     "suggest_trials",
     "wait_for_jobs",

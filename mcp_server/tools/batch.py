@@ -51,8 +51,8 @@ def launch_jobs(
         bool | None, Field(description="for every item: run even if the same ran or runs")
     ] = None,
 ) -> BatchReply:
-    """Launch many jobs: a list, or jobs=[base] x variants x seeds (x grid). All are checked
-    before any is queued. The batch_id follows them: wait_for_jobs(batch_id, group_by="seed")."""
+    """Launch many jobs: a list, or jobs=[base] x variants x seeds (x grid), all checked
+    before any is queued; then wait_for_jobs([batch_id], group_by="seed")."""
     if variants and len(jobs) != 1:
         raise InvalidInput(
             f"variants apply to one base spec; jobs holds {len(jobs)}",

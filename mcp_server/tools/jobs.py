@@ -186,7 +186,7 @@ def list_jobs(
     metric: MetricName = None,
     order_by: Annotated[
         Literal["best", "latest"] | None,
-        Field(description="rank by the metric's best or latest value: a leaderboard"),
+        Field(description="a leaderboard by the metric's best or latest"),
     ] = None,
     direction: Direction = "minimize",
     group_by: GroupBy = None,
@@ -360,8 +360,8 @@ def get_metrics(
         int, Field(ge=2, le=1000, description="most points per history (downsampled)")
     ] = 50,
 ) -> MetricsReply:
-    """A job's MLflow metrics: each key's latest value, and a downsampled history if asked.
-    Works while the job runs."""
+    """A job's metrics: each key's latest value, a downsampled history if asked; works while
+    it runs."""
     try:
         client.check_read(job_id)  # another project's metrics: its owner's grant only
         metrics = client.metrics(job_id, keys=keys, history=history, max_points=max_points)
@@ -406,8 +406,8 @@ def compare_jobs(
     direction: Direction = "minimize",
     group_by: GroupBy = None,
 ) -> CompareReply:
-    """Compare jobs: config and command diff against the first, a metric's latest and best;
-    with at_step, its value at equal steps (to cancel a loser early)."""
+    """Config and command diffs against the first job, a metric's latest and best; at_step:
+    values at equal steps (to cancel a loser early)."""
     try:
         for job_id in job_ids:  # another project's configs and metrics: its owner's grant only
             client.check_read(job_id)

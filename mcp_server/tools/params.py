@@ -17,9 +17,7 @@ JobIds = Annotated[
 ShortText = Annotated[str, Field(max_length=500)]
 Arg = Annotated[str, Field(max_length=100_000)]
 StatusName = Literal["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT"]
-MetricName = Annotated[
-    str | None, Field(max_length=250, description="adds its latest and best per job")
-]
+MetricName = Annotated[str | None, Field(max_length=250, description="its latest and best per job")]
 Direction = Literal["minimize", "maximize"]
 
 

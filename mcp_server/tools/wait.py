@@ -148,10 +148,10 @@ def wait_for_jobs(
     job_ids: JobIds,
     timeout_s: Annotated[
         float,
-        Field(ge=0, le=MAX_WAIT_S, description="seconds to wait at most; call again to go on"),
+        Field(ge=0, le=MAX_WAIT_S, description="at most; call again to go on"),
     ] = 30.0,
     mode: Annotated[
-        Literal["any", "all"], Field(description="return when any job ends, or when all have")
+        Literal["any", "all"], Field(description="any: one ended; all: every one")
     ] = "any",
     metric: MetricName = None,
     direction: Direction = "minimize",

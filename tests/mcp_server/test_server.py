@@ -36,6 +36,7 @@ TOOLS = [
     "wait_for_study",
     "suggest_trials",
     "stop_study",
+    "steer_study",
 ]
 pytestmark = pytest.mark.anyio
 
@@ -96,7 +97,7 @@ async def test_tool_surface_matches_the_snapshot(server) -> None:
     assert by_name["wait_for_jobs"].read_only_hint is True
     assert by_name["cancel_job"].destructive_hint is True
     assert by_name["cancel_job"].idempotent_hint is True
-    assert by_name["launch_job"].read_only_hint is False
+    assert not by_name["launch_job"].read_only_hint  # MCP's default: not read-only
     assert by_name["launch_job"].destructive_hint is False
     surface = tool_surface(tools)
     if os.environ.get("AIR_UPDATE_SNAPSHOT") == "1":
