@@ -12,7 +12,7 @@ from air_skills.errors import NotFound
 from air_skills.runtime.supervision.stall import MARK as STALL_MARK
 from autoresearch.journal.best import lowest_seen
 from autoresearch.journal.journal import Journal, StudyState, Trial, TrialStatus, replay
-from autoresearch.report.cost import Pricing, study_cost, trial_cost
+from autoresearch.report.cost import Pricing, study_cost, study_throughput, trial_cost, trial_gpus
 from autoresearch.report.final_lines import final_lines
 from autoresearch.report.report_code import code_lines, value_text
 from autoresearch.report.summary import best_fields, best_label, best_trial
@@ -189,6 +189,7 @@ def render_markdown(study_dir: Path, study: Study, state: StudyState, plot_name:
         + ")",
         f"- **Budget spent:** {' · '.join(budget)}",
         _cost_line(state, now),
+        _throughput_line(study, state, now, loop_alive(study_dir)),
     ]
     stalled = [str(t.number) for t in trials if t.failure and STALL_MARK in t.failure]
     if stalled:
@@ -304,6 +305,19 @@ def _cost_line(state: StudyState, now: float) -> str:
     return (
         f"- **Cost:** ${c['usd']:.4f} (GPU ${c['gpu_usd']:.4f} for {c['gpu_hours']:.3f}"
         f" GPU-hours, LLM ${c['llm_usd']:.4f}){per}"
+    )
+
+
+def _throughput_line(study: Any, state: StudyState, now: float, alive: bool) -> str:
+    """Trials per GPU-hour of the study's GPUs and how busy its trials kept them."""
+    slots = study.budget.concurrency * trial_gpus(study.gpus_per_trial, state)
+    wall_s = state.wall_s_now(now) if alive else state.wall_s
+    t = study_throughput(state, wall_s, slots, now)
+    if t["trials_per_gpu_hour"] is None:
+        return "- **Throughput:** no GPU time (trials on CPU slots)"
+    return (
+        f"- **Throughput:** {t['trials_per_gpu_hour']:.2f} trials per GPU-hour of the study's"
+        f" {slots} GPU(s); trials ran {100 * t['gpu_busy']:.0f}% of that GPU time"
     )
 
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from autoresearch.journal.best import lowest_seen
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
-from autoresearch.report.cost import study_cost, trial_cost
+from autoresearch.report.cost import study_cost, study_throughput, trial_cost, trial_gpus
 from autoresearch.report.hardware import hardware_note
 from autoresearch.study.folder import REPORT_FILE, loop_alive
 from autoresearch.study.study import Study
@@ -213,7 +213,13 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
                 "output_tokens": state.llm_output_tokens,
             },
         },
-        "cost": study_cost(state, now),
+        # with trials per GPU-hour of the study's GPUs and the fraction of that time trials ran
+        "cost": {
+            **study_cost(state, now),
+            **study_throughput(
+                state, wall_min * 60, b.concurrency * trial_gpus(study.gpus_per_trial, state), now
+            ),
+        },
         "recent": [_trial_brief(t) for t in [t for t in trials if t.status.is_final()][-5:]],
         "invalid_proposals": state.invalid_proposals,
         "fallbacks": state.fallbacks,

@@ -12,7 +12,13 @@ import time
 from typing import Any, Protocol
 
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
-from autoresearch.report.cost import Pricing, study_cost, trial_cost
+from autoresearch.report.cost import (
+    Pricing,
+    study_cost,
+    study_throughput,
+    trial_cost,
+    trial_gpus,
+)
 
 
 class LiveSource(Protocol):
@@ -72,9 +78,10 @@ def live_part(
     wall_s = state.wall_s_now(now) if alive else state.wall_s
     budget["wall_time_min"]["used"] = round(wall_s / 60, 3)
     budget["gpu_hours"]["used"] = round(state.gpu_hours(now), 5)
+    slots = int(budget.get("concurrency") or 0) * trial_gpus(None, state)  # what trials held
     return {
         "running": running,
         "gpus": index.gpus_in_use(active) if index else [],
-        "cost": study_cost(state, now),
+        "cost": {**study_cost(state, now), **study_throughput(state, wall_s, slots, now)},
         "budget": budget,
     }

@@ -288,6 +288,7 @@
       ["noise floor", v.noise.floor != null ? num(v.noise.floor, 3) : "—"],
       ["cost so far", `${usd(c.usd)} <span class=muted>GPU ${usd(c.gpu_usd)} · LLM ${usd(c.llm_usd)}</span>`],
       ["per kept improvement", c.usd_per_improvement != null ? `${usd(c.usd_per_improvement)} <span class=muted>${c.kept_improvements} kept</span>` : "—"],
+      ["trials/GPU-h · busy", c.gpu_busy != null ? `${num(c.trials_per_gpu_hour, 3)} · ${num(100 * c.gpu_busy, 2)}%` : "—"],
     ].map(([k, x]) => `<div class=card><div class=k>${k}</div><div class=v>${x}</div></div>`).join("");
     const lim = [["trials", b.trials.used, b.trials.limit, ""], ["wall time", b.wall_time_min.used, b.wall_time_min.limit, " min"],
       ["GPU-hours", b.gpu_hours.used, b.gpu_hours.limit, ""], ["LLM dollars", b.llm_usd.used, b.llm_usd.limit, ""]];

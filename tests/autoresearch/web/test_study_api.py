@@ -253,7 +253,8 @@ def test_a_big_study_s_page_inlines_its_first_screen_and_its_stream_the_rest(
             p for i, p in enumerate(best) if not i or p[1] != best[i - 1][1]
         ]
         assert len(first["best_so_far"]) < len(best) / 10
-        assert len(html) < len(raw) / 3  # 300 trials; 1,000: ~70 KB of ~600 KB
+        # 300 trials; 1,000: ~70 KB of ~600 KB (2.95: the throughput card, issue 41.7, +150 B)
+        assert len(html) < len(raw) / 2.95
         # the page's event stream, asked from the first screen's version, sends the whole view
         url = with_token(f"{base}/api/studies/big/events?version={first['version']}")
         with urllib.request.urlopen(url, timeout=30) as stream:
