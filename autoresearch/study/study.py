@@ -182,6 +182,11 @@ def _missing(study: Study) -> list[tuple[str, Path]]:
     if study.evaluate is not None:  # runs in a copy of the workdir: the same relative paths
         named += [("evaluate.command", a) for a in script_args(study.evaluate.command)]
     named += [(f"data.{d.name}", d.path) for d in study.data]
+    holdout = study.objective.holdout
+    if holdout is not None:  # read at the end of the search: found missing now, not then
+        if holdout.command:
+            named += [("objective.holdout.command", a) for a in script_args(holdout.command)]
+        named += [(f"objective.holdout.data.{d.name}", d.path) for d in holdout.data]
     out = []
     for where, given in named:
         full = Path(os.path.normpath(workdir / Path(given).expanduser()))  # absolute stays

@@ -139,3 +139,16 @@ def test_no_proposer_request_holds_a_final_run() -> None:
               "config": {"x": 0.1, "y": 0.0, "seed": 1000}, "ts": 100.0})  # fmt: skip
     request = build_request(study, st, 1)
     assert [t.number for t in request.trials] == [0, 1]
+
+
+def test_a_missing_held_out_input_is_refused_at_start() -> None:
+    """Read only when the search ends: a typo must fail now, not after the whole search."""
+    from air_skills.errors import InvalidSpec
+    from autoresearch.study.study import check_runnable
+
+    holdout = {"metric": "test_loss", "command": "python no_such_eval.py",
+               "data": [{"name": "held", "path": "/no/such/held-out"}]}  # fmt: skip
+    with pytest.raises(InvalidSpec) as err:
+        check_runnable(parse_study(small_study(objective={"metric": "loss", "holdout": holdout})))
+    text = str(err.value)
+    assert "objective.holdout.command" in text and "objective.holdout.data.held" in text
