@@ -160,3 +160,35 @@ def test_a_search_trial_that_logs_the_holdout_is_flagged(study_home: Path, tmp_p
     assert st.final_done is None and st.final_started is None  # final: false
     assert any("logged the held-out metric" in w for w in st.warnings)
     json.dumps(get_study(str(folder)))
+
+
+EVAL = """\
+import json, os
+from pathlib import Path
+cfg = json.loads(Path(os.environ["AIR_CONFIG_FILE"]).read_text())
+assert os.environ["AIR_EVAL_SPLIT"] == "test"
+assert Path(os.environ["AIR_CHECKPOINT_DIR"]).parent.name.startswith("job-")
+print("---")
+print(f"test_loss: {(cfg['x'] - 0.3) ** 2 + (cfg['y'] - 0.6) ** 2 + 0.25}")
+"""
+
+
+def test_a_holdout_command_scores_each_final_run(study_home: Path, tmp_path: Path) -> None:
+    """objective.holdout.command: run after each final run, on its checkpoint folder, with
+    AIR_EVAL_SPLIT=test; never after a search trial."""
+    script = tmp_path / "held_eval.py"
+    script.write_text(EVAL)
+    data = holdout_study(budget={"trials": 4, "concurrency": 2}, final={"top_k": 1, "seeds": 2})
+    data["objective"] = {"metric": "loss", "holdout": {"metric": HOLDOUT,
+                                                       "command": f"python {script}"}}  # fmt: skip
+    data["base_config"] = {k: v for k, v in data["base_config"].items() if k != "holdout"}
+    folder = tmp_path / "study"
+    run_study(parse_study(data), folder, poll_s=0.1)
+    st = replay(Journal(folder).read())
+    reruns = [t for t in st.ordered() if t.source == "final"]
+    assert len(reruns) == 4 and all(t.status.value == "SUCCEEDED" for t in reruns)
+    for t in reruns:
+        x, y = t.config["x"], t.config["y"]
+        assert t.metrics[HOLDOUT] == pytest.approx((x - 0.3) ** 2 + (y - 0.6) ** 2 + 0.25)
+    assert not any(HOLDOUT in t.metrics for t in st.ordered() if t.source != "final")
+    assert st.final_done and st.final_done["holdout_change_pct"] is not None
