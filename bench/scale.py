@@ -179,36 +179,34 @@ def rss_kb(pid: int) -> int:
 
 
 def air_pids(home: Path) -> list[int]:
-    """Supervisors of this home (running a job or idle): their pids from the store."""
+    """air's processes of this home: its supervisors (running a job or idle, from the store)
+    and its tracking writer (tracking/writer.py), if one runs."""
     from air_skills.runtime.store.store import Store
+    from air_skills.tracking import writer
 
     store = Store(home)
     try:
-        return sorted(store.supervisor_pids())
+        pids = set(store.supervisor_pids())
     finally:
         store.close()
+    pid_file = home / writer.SPOOL / writer.PID
+    if pid_file.exists() and writer.writer_alive(home):
+        pids.add(int(pid_file.read_text()))
+    return sorted(pids)
 
 
-def memory(counts: list[int], tracked: bool) -> list[list[object]]:
+def memory(counts: list[int], writer_on: bool = True) -> list[list[object]]:
+    """PSS and RSS per running job of air's processes: ``counts`` tracked jobs of `sleep`
+    on simulated GPUs, MLflow in the home's writer or in each supervisor."""
     from air_skills import Client
 
     rows = []
     for n in counts:
-        with scratch_home(gpus=max(8, n)):
+        with scratch_home(gpus=max(8, n), AIR_TRACKING_WRITER="on" if writer_on else "off"):
             home = Path(os.environ["AIR_HOME"])
             client = Client()
-            ids = [
-                client.launch(
-                    {
-                        "command": ["sleep", "600"],
-                        "gpus": 0,
-                        "track": tracked,
-                        "sandbox": "off",
-                        "cpus": 1,
-                    }
-                ).job_id  # fmt: skip
-                for _ in range(n)
-            ]
+            spec = {"command": ["sleep", "600"], "gpus": 1, "sandbox": "off"}
+            ids = [client.launch(spec).job_id for _ in range(n)]
             deadline = time.time() + 120
             while time.time() < deadline:
                 infos = [client.get(j) for j in ids]
@@ -219,8 +217,8 @@ def memory(counts: list[int], tracked: bool) -> list[list[object]]:
             pids = air_pids(home)
             pss = sum(pss_kb(p) for p in pids) / 1024
             rss = sum(rss_kb(p) for p in pids) / 1024
-            rows.append([n, "on" if tracked else "off", len(pids), round(pss / max(1, n), 1),
-                         round(rss / max(1, n), 1)])  # fmt: skip
+            where = "writer" if writer_on else "in each"
+            rows.append([n, where, len(pids), round(pss / n, 1), round(rss / n, 1)])
             client.cancel_all("bench done")
     return rows
 
@@ -309,8 +307,8 @@ def main() -> None:
             f" cli <= {GOAL_CLI}x ls --json (got {rows[-1][6]}x)"
         )
     if "memory" not in skip:
-        rows = memory([1, args.jobs], tracked=True)
-        print(table(["running jobs", "tracking", "air processes", "PSS MB / job", "RSS MB / job"],
+        rows = memory([1, args.jobs]) + memory([1, args.jobs], writer_on=False)
+        print(table(["running jobs", "MLflow", "air processes", "PSS MB / job", "RSS MB / job"],
                     rows))  # fmt: skip
         print(f"goal: <= {GOAL_PSS_MB:.0f} MB PSS per running job")
     if args.soak_min > 0:

@@ -274,7 +274,7 @@ class Board:
     after them, newest first), their results, and the counts."""
 
     rows: list[tuple[JobRecord, MetricResult | None]]
-    ranked: int  # matching jobs that have a finite value to rank by
+    ranked: int | None  # matching jobs with a finite value to rank by (None: not counted)
     total: int  # matching jobs in all
     next_offset: int | None
 
@@ -308,39 +308,38 @@ def leaderboard(
         f"FROM results r JOIN jobs j ON j.job_id = r.job_id"
         f" WHERE r.key=? AND r.{col} IS NOT NULL AND {cond}"
     )
-    if where.empty:  # no filter on the job: count the index alone
-        ranked = store.read(
-            f"SELECT COUNT(*) FROM results WHERE key=? AND {col} IS NOT NULL", (key,)
-        )[0][0]
-        total = store.read("SELECT COUNT(*) FROM jobs")[0][0]
-    else:
-        # Counted from the jobs' side (the filter's own index, then results_job per job):
-        # from the results' side every row's spec would be parsed for the filter.
-        ranked = store.read(
-            f"SELECT COUNT(*) FROM jobs j CROSS JOIN results r ON r.job_id = j.job_id"
-            f" AND r.key=? WHERE r.{col} IS NOT NULL AND {cond}",
-            (key, *args),
-        )[0][0]
-        total = store.read(f"SELECT COUNT(*) FROM jobs j WHERE {cond}", tuple(args))[0][0]
-    rows: list[tuple[JobRecord, MetricResult | None]] = []
-    if offset < ranked:
-        found = store.read(
-            f"SELECT {cols}, {rcols} {ranked_from} ORDER BY r.{col} {way}, r.seq {way}"
-            " LIMIT ? OFFSET ?",
-            (key, *args, limit, offset),
-        )
-        rows += [_split(store, r) for r in found]
-    if len(rows) < limit and offset + len(rows) >= ranked:
-        skip = max(0, offset - ranked)
+    count_ranked = (
+        f"SELECT COUNT(*) FROM results WHERE key=? AND {col} IS NOT NULL"
+        if where.empty  # no filter on the job: count the index alone
+        # else from the jobs' side (the filter's own index, then results_job per job): from
+        # the results' side every row's spec would be parsed for the filter
+        else f"SELECT COUNT(*) FROM jobs j CROSS JOIN results r ON r.job_id = j.job_id"
+        f" AND r.key=? WHERE r.{col} IS NOT NULL AND {cond}"
+    )
+    total = store.read(
+        "SELECT COUNT(*) FROM jobs" if where.empty else f"SELECT COUNT(*) FROM jobs j WHERE {cond}",
+        () if where.empty else tuple(args),
+    )[0][0]
+    found = store.read(
+        f"SELECT {cols}, {rcols} {ranked_from} ORDER BY r.{col} {way}, r.seq {way}"
+        " LIMIT ? OFFSET ?",
+        (key, *args, limit, offset),
+    )
+    rows: list[tuple[JobRecord, MetricResult | None]] = [_split(store, r) for r in found]
+    ranked: int | None = None  # counted only when a page reaches past the ranked jobs
+    if len(rows) < limit:
+        ranked = offset + len(rows) if rows or not offset else None
+        if ranked is None:
+            ranked = int(store.read(count_ranked, (key, *([] if where.empty else args)))[0][0])
         found = store.read(
             f"SELECT {cols}, {rcols} FROM jobs j LEFT JOIN results r"
             f" ON r.job_id = j.job_id AND r.key=? WHERE {cond}"
             f" AND (r.{col} IS NULL) ORDER BY j.seq DESC LIMIT ? OFFSET ?",
-            (key, *args, limit - len(rows), skip),
+            (key, *args, limit - len(rows), max(0, offset - ranked)),
         )
         rows += [_split(store, r) for r in found]
     end = offset + len(rows)
-    return Board(rows, int(ranked), int(total), end if end < total and rows else None)
+    return Board(rows, ranked, int(total), end if end < total and rows else None)
 
 
 # --- helpers -----------------------------------------------------------------------------------

@@ -124,7 +124,13 @@ def test_leaderboard_filters(client) -> None:
     assert client.list(metric="loss", order_by="best", study="nope", limit=5).items == []
     where = Where(experiment="other", status="SUCCEEDED")
     board = results_index.leaderboard(store, "loss", "best", "minimize", where, limit=2)
-    assert [r.job_id for r, _ in board.rows] == b[:2] and board.ranked == 5
+    assert [r.job_id for r, _ in board.rows] == b[:2] and board.ranked is None  # not counted
+    board = results_index.leaderboard(store, "loss", "best", "minimize", where, limit=10)
+    assert [r.job_id for r, _ in board.rows] == b and board.ranked == 5 and board.total == 5
+    tail = results_index.leaderboard(
+        store, "loss", "best", "minimize", Where(experiment="lb"), 5, 30
+    )
+    assert [r.job_id for r, _ in tail.rows] == bare and tail.ranked == 30  # counted: past them
     assert isinstance(board.rows[0][1], MetricResult)
 
 
