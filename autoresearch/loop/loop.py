@@ -108,7 +108,6 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
         self.stop_why: str | None = None  # the reason a stop request gave
         self.mirror = StudyMirror(self.emit, self._tracker, lambda: self.state.parent_run_id)
         self.prune_every_s = max(poll_s, 2.0)
-        self._baseline_seen_at = 0.0
 
     # --- journal ---
 
@@ -324,11 +323,6 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
             if found.stop and not self.hard_stop:
                 self.hard_stop = found.code
                 self.stop_why = found.message
-        if waste.baseline_pending(self.state) and time.time() - self._baseline_seen_at > 2.0:
-            self._baseline_seen_at = time.time()
-            t = self.state.trials[0]
-            if t.job_id:  # its first objective value shows the command works: trials may go
-                t.curve = self._curve(t.job_id, self.study.objective.curve_metric)
 
     # --- budgets and stops ---
 

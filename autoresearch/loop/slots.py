@@ -13,7 +13,7 @@ from typing import Any
 
 from autoresearch.code.code_base import CodeBase
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
-from autoresearch.loop import budgets, waste
+from autoresearch.loop import budgets
 from autoresearch.loop.trials import build_request, noise_repeat
 from autoresearch.proposers import ProposalRequest, Proposer, suggest
 from autoresearch.spec.study_schema import Study
@@ -86,8 +86,8 @@ class SlotFilling:
             number = self._propose_fixed("noise", {}, config, why)
             self._launch(self.state.trials[number])
             launched, slots = launched + 1, slots - 1
-        if slots <= 0 or waste.baseline_pending(self.state):
-            return launched  # the proposer's trials wait until the baseline shows it works
+        if slots <= 0:
+            return launched
         pins = self.state.steering.pins
         for queued in list(self.state.steering.queue)[:slots]:  # steer_study's, first
             diff = {**(queued.get("diff") or queued.get("config") or {}), **pins}

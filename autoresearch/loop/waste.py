@@ -1,9 +1,10 @@
 """Nothing silently wasted: the study's checks of its own results (issue 38.2).
 
-Pure: (study, state) -> findings. A baseline that failed stops the study before its trials;
-different configs that gave a bit-identical value, seed repeats that did, and trials that all
-fail the same way are said at once (the loop journals each as a ``check`` event, once per
-code), with the likely cause and the fix; where the answer is certain the study stops.
+Pure: (study, state) -> findings. A baseline that failed stops the study at once (the trials
+launched beside it are cancelled, none is proposed after it); different configs that gave a
+bit-identical value, seed repeats that did, and trials that all fail the same way are said at
+once (the loop journals each as a ``check`` event, once per code), with the likely cause and
+the fix; where the answer is certain the study stops.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def baseline_failed(state: StudyState) -> Finding | None:
     )
     return Finding(
         BASELINE_FAILED,
-        message + ". No trial was launched after it: they run the same command.",
+        message + ". The study stops: every trial runs the same command.",
         f"run the base config alone (`air logs {t.job_id}` shows its output), fix what it"
         " says, then start the study again",
         [0],
@@ -176,17 +177,6 @@ def findings(study: Study, state: StudyState) -> list[Finding]:
         same_failure(study, state),
     )
     return [f for f in checks if f is not None]
-
-
-def baseline_pending(state: StudyState) -> bool:
-    """Whether the baseline has yet to show that the command works (it succeeded, or logged
-    the objective while running): until then the proposer's trials wait."""
-    t = state.trials.get(0)
-    if t is None or t.source != "baseline":
-        return False
-    if t.status == TrialStatus.RUNNING or t.status == TrialStatus.PROPOSED:
-        return not t.curve
-    return False
 
 
 def _list(numbers: list[int]) -> str:
