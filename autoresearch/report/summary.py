@@ -148,7 +148,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         failed = ("error", "baseline-failed", "config-ignored", "same-failure")
         # and a study none of whose trials succeeded: never the green "finished" of a good one
         ended = [t.status for t in state.trials.values() if t.status.is_final()]
-        none_ok = bool(ended) and TrialStatus.SUCCEEDED not in ended
+        none_ok = TrialStatus.FAILED in ended and TrialStatus.SUCCEEDED not in ended
         phase = "failed" if state.stopped.get("reason") in failed or none_ok else "finished"
     else:
         phase = "interrupted"
