@@ -310,8 +310,10 @@ def _copy_regular(dir_fd: int, name: str, dest: str) -> bool:
 
 
 def open_relay(jdir: Path, run_id: str | None, experiment_id: str | None, uri: str) -> Any:
-    """The relay of a sandboxed job whose own store exists (prepare made it); else None."""
-    if not run_id or not relayed(uri):
+    """The relay of a sandboxed job whose own store exists (prepare made it); else None.
+    Made for a store on this machine, and for a tracking server on its loopback, which a
+    sandbox (a network namespace of its own) cannot reach (launch_env.command_launch)."""
+    if not run_id:
         return None
     run = run_dir(jdir, experiment_id or "0", run_id)
     if not run.is_dir():

@@ -389,22 +389,21 @@ def host_network_granted(environ: Mapping[str, str] | None = None) -> bool:
 def _passable_parents(mounts: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
     """``mounts`` with a ``--dir`` (0755) before each, for the folders above its mount point
     that lie on a tmpfs of the sandbox: bwrap makes them 0700, which another uid cannot pass."""
-    tmpfs = ["/tmp", "/dev"]
+    points = {"/tmp": True, "/dev": True}  # mount point -> whether a tmpfs
     made: set[str] = set()
     out: list[tuple[str, str, str]] = []
     for mount in mounts:
         dst = mount[2]
-        below = [t for t in tmpfs if dst != t and inside(dst, t)]
-        if below:
-            top = max(below, key=len)
+        below = [p for p in points if dst != p and inside(dst, p)]
+        top = max(below, key=len) if below else None
+        if top is not None and points[top]:  # a bind's folders are the host's own
             rest = dst[len(top) :].strip("/").split("/")[:-1]
             for i in range(1, len(rest) + 1):
                 folder = top.rstrip("/") + "/" + "/".join(rest[:i])
                 if folder not in made:
                     made.add(folder)
                     out.append(("--dir", "", folder))
-        if mount[0] == "--tmpfs":
-            tmpfs.append(dst)
+        points[dst] = mount[0] == "--tmpfs"
         made.add(dst)
         out.append(mount)
     return out

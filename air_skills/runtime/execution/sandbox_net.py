@@ -130,6 +130,7 @@ def attach(pid: int | None, slirp: str, exit_fd: int) -> str | None:
     why not (None: it is ready)."""
     if pid is None:
         return "the sandbox did not say its pid"
+    _wait_for_loopback(pid)
     try:
         net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
@@ -149,6 +150,21 @@ def attach(pid: int | None, slirp: str, exit_fd: int) -> str | None:
         os.close(net)
         if owner >= 0:
             os.close(owner)
+
+
+def _wait_for_loopback(pid: int, wait_s: float = 2.0) -> None:
+    """Until bwrap has brought its sandbox's loopback up (lo joins the all-hosts group, in
+    /proc/PID/net/igmp, once it is up: bwrap's last step of it). slirp4netns configuring the
+    namespace meanwhile makes bwrap fail ("loopback: Failed RTM_NEWADDR"), one start in 40."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/net/igmp", "rb") as f:
+                if b"\tlo " in f.read():
+                    return
+        except OSError:
+            return  # gone, or no IPv4 multicast table: nothing to wait for
+        time.sleep(0.0005)
 
 
 NS_GET_USERNS = 0xB701  # ioctl on a namespace: its owning user namespace, as a descriptor
