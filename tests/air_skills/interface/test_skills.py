@@ -35,6 +35,7 @@ DESIGN_TOOLS = {
     "launch_job", "get_job", "list_jobs", "get_logs", "get_metrics", "compare_jobs",
     "wait_for_jobs", "cancel_job", "list_gpus", "start_study", "get_study", "suggest_trials",
     "stop_study", "wait_for_study", "launch_jobs", "export_code",  # third wave
+    "steer_study",  # issue 39.9
 }  # fmt: skip
 DESIGN_AUTORESEARCH = {"run": {"--resume"}, "status": set(), "report": set(), "demo": set()}
 # inline mentions that read as tool names: a verb, then what it acts on (`get_jobs`, a typo)
