@@ -151,6 +151,14 @@ class FinalPhase:
     def _final_unlaunched(self) -> list[Trial]:
         return [t for t in self.state.by_status(TrialStatus.PROPOSED) if t.source == "final"]
 
+    def _check_holdout(self) -> None:
+        """Held-out inputs the data roots refuse (AIR_DATA_ROOTS) raise now, before the search
+        spends its budget, not when the final re-evaluation launches its first run."""
+        if self.study.holdout_data and self.study.final_runs is not None:
+            from air_skills.tracking.data import resolve_inputs
+
+            resolve_inputs(self.study.holdout_data, self.study.workdir, deep=False)
+
     # --- the held-out metric ---
 
     def _holdout(self, t: Trial, fields: dict[str, Any]) -> None:

@@ -223,6 +223,7 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
             self.emit("warning", message=warning)  # before the first trial: it can still be fixed
             self.log(f"warning: {warning}")
         self._start_code()
+        self._check_holdout()  # its data is read only at the end: refused now, not then
         self.metric_seen = any(
             self.study.objective.metric in t.metrics for t in self.state.trials.values()
         )

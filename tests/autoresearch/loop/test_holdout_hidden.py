@@ -133,3 +133,22 @@ def test_a_search_trial_cannot_read_the_held_out_data(study_home: Path, held: Pa
     text = client.logs(b.job_id).text
     held_value = float(re.search(rf"^{HOLDOUT}: (\S+)$", text, re.M).group(1))
     assert held_value == pytest.approx((0.3**2 + 0.6**2) + 0.5 + 0.5)  # the input was read
+
+
+def test_held_out_data_outside_the_data_roots_is_refused_before_the_search(
+    study_home: Path, held: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from air_skills.errors import DataPathRefused
+
+    monkeypatch.delenv("AIR_DATA_ROOTS")
+    data = small_study(
+        name="roots",
+        objective={
+            "metric": "loss",
+            "holdout": {"metric": HOLDOUT, "data": [{"name": "heldout", "path": str(held)}]},
+        },  # fmt: skip
+    )
+    folder = held.parent / "study"
+    with pytest.raises(DataPathRefused):
+        run_study(parse_study(data), folder, poll_s=0.1)
+    assert not replay(Journal(folder).read()).trials  # nothing ran
