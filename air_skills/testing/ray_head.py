@@ -28,11 +28,16 @@ def ray_bin_path(bindir: str) -> str:
 
 
 # `ray start --node-ip-address 127.0.0.1` swaps a loopback address for the machine's network
-# address (ray._private.services.resolve_ip_for_localhost); the GCS and raylet then listen on
-# every interface and the client server and agents on that address. Kept as given, every
-# server binds 127.0.0.1 (Ray binds loopback only when its node IP is 127.0.0.1).
+# address (ray._private.services.resolve_ip_for_localhost), and so does every ray.init of an
+# address on 127.0.0.1 (the dashboard agent's, a job's): the GCS and raylet then listened on
+# every interface and the client server and agents on that address. Ray keeps 127.0.0.1 where
+# it believes it runs a one-machine cluster (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, in every
+# process it starts: ray_env), and binds every server to 127.0.0.1 when that is the node's
+# address. That belief also refuses a second node's `ray start`: its own process is told
+# otherwise, keeping the address it is given.
 _KEEP_LOOPBACK = (
-    "import sys; import ray._private.services as s; s.resolve_ip_for_localhost = lambda h: h;"
+    "import sys; import ray._private.ray_constants as c; c.ENABLE_RAY_CLUSTER = True;"
+    " import ray._private.services as s; s.resolve_ip_for_localhost = lambda h: h;"
     " from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"
 )
 
@@ -53,6 +58,7 @@ def ray_env(bindir: str, extra: dict[str, str]) -> dict[str, str]:
         {
             "PATH": bindir + os.pathsep + env.get("PATH", ""),
             "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # 127.0.0.1 stays 127.0.0.1: see below
             "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
             **extra,
         }
