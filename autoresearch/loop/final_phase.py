@@ -189,6 +189,14 @@ class FinalPhase:
                               failure=got.problem, value=None, log_tail=got.output)  # fmt: skip
                 return
             fields["metrics"] = {**metrics, holdout.metric: got.metrics[holdout.metric]}
+        elif holdout.metric not in metrics:  # the script ignores AIR_EVAL_SPLIT: say it once
+            note = (
+                f"final run {t.number} logged no held-out metric {holdout.metric!r}: the script"
+                " must log it when AIR_EVAL_SPLIT is 'test' (or give objective.holdout.command)"
+            )
+            if not any("logged no held-out metric" in w for w in self.state.warnings):
+                self.emit("warning", message=note)
+            return
         studies = _count_reuse(self._home(), self.study, self.state.study_id)
         self.emit("holdout_read", trial=t.number, split="test", studies=studies)
         limit = settings.get("AIR_HOLDOUT_REUSE_WARN")

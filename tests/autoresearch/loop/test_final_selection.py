@@ -192,3 +192,14 @@ def test_a_holdout_command_scores_each_final_run(study_home: Path, tmp_path: Pat
         assert t.metrics[HOLDOUT] == pytest.approx((x - 0.3) ** 2 + (y - 0.6) ** 2 + 0.25)
     assert not any(HOLDOUT in t.metrics for t in st.ordered() if t.source != "final")
     assert st.final_done and st.final_done["holdout_change_pct"] is not None
+
+
+def test_a_script_that_ignores_the_split_is_said(study_home: Path, tmp_path: Path) -> None:
+    data = holdout_study(budget={"trials": 4, "concurrency": 2}, final={"top_k": 1, "seeds": 1})
+    data["base_config"] = {k: v for k, v in data["base_config"].items() if k != "holdout"}
+    folder = tmp_path / "study"
+    run_study(parse_study(data), folder, poll_s=0.1)
+    st = replay(Journal(folder).read())
+    said = [w for w in st.warnings if "logged no held-out metric" in w]
+    assert len(said) == 1 and "AIR_EVAL_SPLIT" in said[0]
+    assert st.final_done and final.NO_HELDOUT_GAIN in st.final_done["verdict"]
