@@ -150,6 +150,7 @@ def ensure_writer(home: Path) -> None:
             stderr=log,
             start_new_session=True,
             close_fds=True,
+            cwd=str(home),  # not the starter's folder (a job's workdir may go away)
         )
     finally:
         os.close(log)

@@ -145,7 +145,8 @@ assert set(OPS) == OP_NAMES  # the caller's list and this table name the same op
 def serve(home: Path, idle_s: float | None = None) -> int:
     """The writer's loop: apply the spool's requests oldest first until it has been idle for
     ``idle_s`` (default AIR_SUPERVISOR_LINGER_S) or the home is gone; returns how many."""
-    idle_s = float(settings.get("AIR_SUPERVISOR_LINGER_S")) if idle_s is None else idle_s
+    if idle_s is None:  # at least a second: a writer per request would import MLflow each time
+        idle_s = max(1.0, float(settings.get("AIR_SUPERVISOR_LINGER_S")))
     done = 0
     with _holding_lock(home) as mine:
         if not mine:
