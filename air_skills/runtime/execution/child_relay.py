@@ -59,8 +59,6 @@ class ChildRuns:
         return new[: max(room, 0)]
 
     def _start(self, folder_id: str) -> None:
-        from air_skills.runtime.execution.metric_relay import MetricRelay
-
         parent = self.relay
         exp_id = parent._parts[1]
         try:
@@ -73,7 +71,7 @@ class ChildRuns:
         if found:
             tags["mlflow.runName"] = found.group(1).strip().strip("'\"")
         shared = _client(parent).create_run(exp_id, start_time=int(time.time() * 1000), tags=tags)
-        child = MetricRelay(parent.jdir, folder_id, exp_id, parent.uri)
+        child = type(parent)(parent.jdir, folder_id, exp_id, parent.uri)  # a MetricRelay
         child.run_id = shared.info.run_id  # read from the child's folder, written to its run
         child._offsets = {}  # the job's offsets file is the job run's own
         child._client = parent._client  # the same sink (the home's writer, or MLflow here)
