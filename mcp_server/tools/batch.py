@@ -106,6 +106,13 @@ def _flat(item: dict[str, Any]) -> dict[str, Any]:
 
 def _launched(info: JobInfo) -> LaunchedJob:
     routine = info.status.value in ROUTINE and info.message.startswith(info.status.value)
+    if info.message.startswith(("DUPLICATE", "ALREADY LAUNCHED")):  # the counts line says why
+        word = "DUPLICATE" if info.message.startswith("DUPLICATE") else "ALREADY LAUNCHED"
+        _, _, metrics = info.message.partition("its latest metrics: ")
+        said = f"{word}, not queued" + (f"; latest {metrics[:80]}" if metrics else "")
+        return LaunchedJob(
+            job_id=info.job_id, name=info.name, status=info.status.value, message=said
+        )
     return LaunchedJob(
         job_id=info.job_id,
         name=info.name,
