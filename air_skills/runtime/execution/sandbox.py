@@ -138,6 +138,11 @@ def program_paths(program: str, user: tuple[int, int] | None = None) -> tuple[st
         places.append(bin_real)
         if os.path.basename(bin_real) == "bin":  # its prefix: the standard library
             places.append(os.path.dirname(bin_real))
+        shim_root = os.path.dirname(bin_real)  # a pyenv shim execs $PYENV_ROOT/libexec/pyenv,
+        if os.path.basename(bin_real) == "shims" and os.path.isfile(  # then a version of it
+            os.path.join(shim_root, "libexec", "pyenv")
+        ):
+            places.append(shim_root)
     places += [sys.prefix, sys.base_prefix]
     places.append(str(Path(__file__).resolve().parents[3]))  # the folder holding air_skills/
     out: list[str] = []
