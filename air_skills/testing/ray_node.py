@@ -28,7 +28,8 @@ class LocalRayNode:
         self.out = Path(head.temp_dir or "/tmp") / f"node-{os.getpid()}-{time.time_ns()}.out"
 
     def start(self, timeout_s: float = 120.0) -> None:
-        """Join the head and wait until it counts one more ALIVE node."""
+        """Join the head and wait until it lists an ALIVE node it did not list before (by id: a
+        node stopped just before may be marked dead meanwhile, so a count would not grow)."""
         before = self._alive_nodes()
         bindir = os.path.dirname(sys.executable)
         argv = ray_start_argv(
@@ -49,14 +50,14 @@ class LocalRayNode:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout_s
-        while self._alive_nodes() <= before:
+        while not self._alive_nodes() - before:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.out.read_text(errors="replace")[-3000:]
                 self.stop()
                 raise RuntimeError(f"the second Ray node did not join:\n{tail}")
             time.sleep(0.5)
 
-    def _alive_nodes(self) -> int:
+    def _alive_nodes(self) -> set[str]:
         token = self.head.extra_env.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         req = urllib.request.Request(self.head.address + "/api/v0/nodes?detail=1", headers=headers)
@@ -64,8 +65,8 @@ class LocalRayNode:
             with urllib.request.urlopen(req, timeout=5) as r:
                 nodes: list[dict[str, Any]] = json.loads(r.read())["data"]["result"]["result"]
         except Exception:
-            return 0
-        return sum(1 for n in nodes if n.get("state") == "ALIVE")
+            return set()
+        return {str(n.get("node_id")) for n in nodes if n.get("state") == "ALIVE"}
 
     def _tree(self) -> list[Any]:
         import psutil
