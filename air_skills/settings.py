@@ -335,6 +335,19 @@ _TABLE = (
         " automatic pass, remove older ones; a queued or running job's snapshot is always kept)",
         "a number of days > 0", _positive,
     ),
+    Setting(
+        "AIR_GC_KEEP_DAYS", "float", None,
+        "`air gc` keeps finished jobs that ended within this many days and removes older ones"
+        " (folder, logs, index rows, MLflow run), unless AIR_GC_KEEP_JOBS keeps them; a study's"
+        " kept trials, best and baseline, and jobs a live job references always stay",
+        "a number of days > 0", _positive, default_text="unset: no job removed by age",
+    ),
+    Setting(
+        "AIR_GC_KEEP_JOBS", "int", None,
+        "`air gc` keeps the N finished jobs that ended last (and removes older ones unless"
+        " AIR_GC_KEEP_DAYS keeps them), with the same exceptions",
+        "a whole number >= 0", _at_least(0), default_text="unset: no job removed by count",
+    ),
     # --- cost ----------------------------------------------------------------------------
     Setting(
         "AIR_GPU_PRICE_USD_PER_HOUR", "float", None,

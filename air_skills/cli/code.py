@@ -118,15 +118,41 @@ def export(
 @handle_errors
 def gc(
     dry_run: bool = typer.Option(False, "--dry-run", help="say what would go; remove nothing"),
+    older_than: Optional[float] = typer.Option(
+        None,
+        "--older-than",
+        min=0,
+        metavar="DAYS",
+        help="remove finished jobs that ended more than DAYS ago (default AIR_GC_KEEP_DAYS)",
+    ),
+    keep_last: Optional[int] = typer.Option(
+        None,
+        "--keep-last",
+        min=0,
+        metavar="N",
+        help="keep the N finished jobs that ended last (default AIR_GC_KEEP_JOBS)",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Remove code snapshots no job within AIR_SNAPSHOT_RETENTION_DAYS uses, and spare MLflow
-    runs no supervisor keeps."""
-    report = client().code.gc(dry_run=dry_run)
+    """Remove finished jobs the retention policy does not keep (--older-than, --keep-last:
+    folder, logs, index rows, MLflow run; a study's kept trials, best and baseline and jobs a
+    live job references stay), code snapshots no job within AIR_SNAPSHOT_RETENTION_DAYS uses,
+    and spare MLflow runs no supervisor keeps."""
+    report = client().gc(dry_run=dry_run, older_than_days=older_than, keep_last=keep_last)
     if as_json:
         emit_json(report)
         return
     verb = "would remove" if dry_run else "removed"
+    jobs = report["jobs"]
+    if jobs["older_than_days"] is not None or jobs["keep_last"] is not None:
+        kept = ", ".join(f"{n} {why}" for why, n in jobs["kept"].items() if n)
+        say(
+            out,
+            f"{verb} {jobs['jobs_removed']} finished jobs ({jobs['bytes_freed'] / 1e6:.1f} MB,"
+            f" {jobs['runs_deleted']} MLflow runs); kept {kept or 'none'}",
+        )
+        for error in jobs["errors"]:
+            say(out, f"not removed: {error}")
     say(
         out,
         f"{verb} {report['manifests_removed']} snapshots, {report['blobs_removed']} files"

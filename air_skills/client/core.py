@@ -209,6 +209,25 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
 
         return CodeOps(self.home, self._row, lambda dry_run: sweep(self.store, dry_run))
 
+    def gc(
+        self,
+        dry_run: bool = False,
+        older_than_days: float | None = None,
+        keep_last: int | None = None,
+    ) -> dict[str, Any]:
+        """``air gc``: finished jobs no retention rule keeps (``older_than_days``/``keep_last``,
+        default AIR_GC_KEEP_DAYS/AIR_GC_KEEP_JOBS; runtime/runs/retention.py) under ``jobs``,
+        then code snapshots and spare runs (``code.gc``)."""
+        from air_skills.runtime.runs.retention import collect, policy
+
+        days, count = policy()
+        days = days if older_than_days is None else older_than_days
+        count = count if keep_last is None else keep_last
+        jobs = collect(self.home, days, count, dry_run=dry_run)
+        report = self.code.gc(dry_run=dry_run)
+        report["jobs"] = jobs
+        return report
+
     def _resolve(self, spec: JobSpec) -> JobSpec:
         workdir = _resolved(spec.workdir or os.getcwd())
         if not workdir.is_dir():

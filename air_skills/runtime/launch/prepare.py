@@ -182,9 +182,7 @@ def check_reserve(home: Path) -> None:
     if free >= reserve_mb * 1e6:
         return
     try:
-        from air_skills.runtime.code.code_gc import collect
-
-        freed = f"`air gc` would free {collect(home, dry_run=True)['bytes_freed'] / 1e6:.1f} MB"
+        freed = _reclaimable(home)
     except Exception:  # the estimate is a courtesy: the refusal stands without it
         freed = "`air gc --dry-run` says what it would free"
     raise StoreError(
@@ -195,6 +193,28 @@ def check_reserve(home: Path) -> None:
         f" {home}/jobs/*`), or cap jobs with disk_gb / AIR_JOB_DISK_GB, then retry",
         path=os.fspath(home),
         free_mb=round(free / 1e6),
+    )
+
+
+def _reclaimable(home: Path) -> str:
+    """What ``air gc`` would free: code snapshots, and finished jobs by the retention policy
+    (AIR_GC_KEEP_DAYS / AIR_GC_KEEP_JOBS; unset, by AIR_SNAPSHOT_RETENTION_DAYS's age, with
+    the command that would do it)."""
+    from air_skills import settings
+    from air_skills.runtime.code.code_gc import collect
+    from air_skills.runtime.runs.retention import collect as collect_jobs
+    from air_skills.runtime.runs.retention import policy
+
+    code = collect(home, dry_run=True)["bytes_freed"]
+    days, count = policy()
+    command = "`air gc`"
+    if days is None and count is None:
+        days = float(settings.get("AIR_SNAPSHOT_RETENTION_DAYS"))
+        command = f"`air gc --older-than {days:g}`"
+    jobs = collect_jobs(home, days, count, dry_run=True)
+    return (
+        f"{command} would free {(code + jobs['bytes_freed']) / 1e6:.1f} MB"
+        f" ({jobs['jobs_removed']} finished jobs, their MLflow runs too)"
     )
 
 
