@@ -207,14 +207,18 @@ def _reclaimable(home: Path) -> str:
 
     code = collect(home, dry_run=True)["bytes_freed"]
     days, count = policy()
-    command = "`air gc`"
-    if days is None and count is None:
-        days = float(settings.get("AIR_SNAPSHOT_RETENTION_DAYS"))
-        command = f"`air gc --older-than {days:g}`"
-    jobs = collect_jobs(home, days, count, dry_run=True)
+    if days is not None or count is not None:
+        jobs = collect_jobs(home, days, count, dry_run=True)
+        return (
+            f"`air gc` would free {(code + jobs['bytes_freed']) / 1e6:.1f} MB ("
+            f"{jobs['jobs_removed']} finished jobs by AIR_GC_KEEP_DAYS/AIR_GC_KEEP_JOBS, their"
+            " MLflow runs too)"
+        )
+    days = float(settings.get("AIR_SNAPSHOT_RETENTION_DAYS"))
+    jobs = collect_jobs(home, days, None, dry_run=True)
     return (
-        f"{command} would free {(code + jobs['bytes_freed']) / 1e6:.1f} MB"
-        f" ({jobs['jobs_removed']} finished jobs, their MLflow runs too)"
+        f"`air gc` would free {code / 1e6:.1f} MB, `air gc --older-than {days:g}`"
+        f" {jobs['bytes_freed'] / 1e6:.1f} MB more ({jobs['jobs_removed']} finished jobs)"
     )
 
 

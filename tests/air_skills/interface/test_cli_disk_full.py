@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 AIR = shutil.which("air") or str(Path(sys.executable).parent / "air")
 
 
@@ -75,3 +77,32 @@ def test_a_launch_under_the_reserve_is_refused_saying_what_gc_would_free(
     assert "`air gc` would free" in error["hint"] and error["context"]["path"] == str(home)
     assert not [p for p in os.listdir(home / "jobs") if p.startswith("job-")]
     assert json.loads(air(home, "ls", "--json").stdout) == []  # the store still answers
+
+
+def test_under_the_reserve_the_refusal_says_what_the_gc_policy_frees_and_gc_frees_it(
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41.6: finished jobs that the retention policy (AIR_GC_KEEP_JOBS) would remove
+    are named in the refusal, and `air gc` removing them lets the launch through."""
+    from air_skills import Client, JobSpec, JobStatus
+
+    home = small_disk / "home"
+    for name, value in (("AIR_HOME", str(home)), ("AIR_SIMULATED_GPUS", "1"),
+                        ("AIR_DISK_RESERVE_MB", "0"), ("AIR_GC_KEEP_JOBS", "0")):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    write = "import os; open(os.environ['AIR_CHECKPOINT_DIR'] + '/out', 'wb').write(b'x' * 400000)"
+    client = Client(home)
+    job = client.launch(JobSpec(command=[sys.executable, "-c", write], track=False, code="live"))
+    (info,) = client.wait([job.job_id], timeout_s=120)
+    assert info.status == JobStatus.SUCCEEDED, info.message
+    fill(small_disk, leave_kib=1024)  # 1 MiB free, under a 1.2 MB reserve
+    env = {**os.environ, "AIR_DISK_RESERVE_MB": "1.2"}
+    launch = [AIR, "launch", "--json", "--code", "live", "--", "true"]
+    proc = subprocess.run(launch, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1, proc.stderr
+    hint = json.loads(proc.stdout)["error"]["hint"]
+    assert "`air gc` would free 0.4 MB (1 finished jobs by AIR_GC_KEEP_DAYS" in hint, hint
+    gc = subprocess.run([AIR, "gc", "--json"], capture_output=True, text=True, env=env)
+    assert json.loads(gc.stdout)["jobs"]["jobs_removed"] == 1, gc.stderr
+    proc = subprocess.run(launch, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
