@@ -227,7 +227,7 @@ _TABLE = (
         "AIR_STALL_TIMEOUT_MIN", "float", 30.0,
         "minutes a running job may go without progress (no new log content: the same line or"
         " \\r-redraw again is none; no new metric step; a main-thread stack unchanged between"
-        " two samples; idle GPUs; under a tenth of a core of CPU, or any while a stack waits"
+        " two samples; idle GPUs; under a twentieth of a core of CPU, or any while a stack waits"
         " in a collective; outside a declared phase) before it is stalled: its stacks are saved"
         " and its `on_stall` applies; a spec's `stall_timeout_min` wins (0: off)",
         "a number of minutes >= 0", _at_least(0),

@@ -47,7 +47,7 @@ STACKS = "stacks.txt"
 GPU_BUSY_PCT = 5.0  # a GPU of the job at least this busy is working
 # CPU time is progress only above this share of one core (the job's processes summed, between
 # the two stack samples of a quiet budget), and never while a stack shows a collective wait.
-CPU_BUSY_CORES = 0.1
+CPU_BUSY_CORES = 0.05  # blocked or sleeping: ~0.001; busy on a loaded machine: 0.2+
 LOG_LOOK_BYTES = 65_536  # of a log that grew, its last bytes are read for new content
 RECENT_LINES = 64  # the log's last distinct lines (and \r-redraws): printed again, no progress
 _LINE_ENDS = re.compile(rb"[\r\n]+")
