@@ -157,6 +157,7 @@ def test_a_job_in_an_image_sees_its_code_config_env_and_data(
             podman,
             workdir=str(code),
             config={"lr": 0.5},
+            config_as="file",  # find takes no --lr=0.5 (config_as's default `both` adds it)
             data=[{"name": "shards", "path": str(data)}],
         )
     )
