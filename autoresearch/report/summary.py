@@ -99,6 +99,17 @@ def budget_warning(study: Study) -> list[str]:
     ]
 
 
+def spent_warning(limit: int | None, state: StudyState) -> list[str]:
+    """A trials budget already spent (a resumed study, a lowered budget): said, never a silent
+    finish (issue 39.7)."""
+    if limit is None or state.search_trials < limit:
+        return []
+    return [
+        f"budget.trials is spent ({state.search_trials} of {limit}): no more search trial will"
+        " run; raise it with steer_study(budget={trials: N}) or `autoresearch steer --budget`"
+    ]
+
+
 # What a final trial's decision means, for an agent that reads get_study's `recent`.
 DECISIONS = {
     "keep": "keep: the new best",
@@ -228,7 +239,11 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         "warnings": [f"[{c['code']}] {c['message']} Fix: {c['fix']}" for c in state.checks]
         + list(
             dict.fromkeys(
-                budget_warning(study) + state.warnings + _noise_warning(state) + _hw(trials)
+                budget_warning(study)
+                + (spent_warning(b.trials, state) if phase != "finished" else [])
+                + state.warnings
+                + _noise_warning(state)
+                + _hw(trials)
             )
         )[-5:],
         "accept": study.accept,

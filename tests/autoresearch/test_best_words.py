@@ -85,3 +85,16 @@ def test_prior_jobs_do_not_spend_the_trials_budget() -> None:
                                  rationale=f"a prior job, run by hand: job-{n}")  # fmt: skip
     state.trials[27] = _trial(study, 27, 1e-2, 0.4, "keep")
     assert state.search_trials == 1
+
+
+def test_a_spent_trials_budget_is_said() -> None:
+    """39.7: a budget already spent (a resume, a lowered budget) is a warning, not a silence."""
+    from autoresearch.journal.journal import StudyState
+    from autoresearch.report.summary import spent_warning
+
+    study = parse_study(small_study(search_space=SPACE))
+    state = StudyState()
+    state.trials[0] = _trial(study, 0, 1e-3, 0.5, "keep")
+    assert spent_warning(2, state) == [] and spent_warning(None, state) == []
+    (said,) = spent_warning(1, state)
+    assert "budget.trials is spent (1 of 1)" in said and "steer_study" in said
