@@ -194,6 +194,8 @@ def list_jobs(
         str | None, Field(max_length=64, description="only this identity's jobs")
     ] = None,
     batch_id: Annotated[str | None, Field(max_length=60, description="only its jobs")] = None,
+    config: Annotated[dict[str, Any] | None, Field(description="key: value")] = None,
+    study: Annotated[str | None, Field(max_length=200)] = None,
 ) -> JobPage:
     """Jobs newest first, one line each; with metric, each one's latest and best value; with
     order_by, a leaderboard (best first)."""
@@ -206,14 +208,17 @@ def list_jobs(
         )
     if order_by is not None and not metric:
         raise InvalidInput("order_by needs a metric", hint="pass metric='val_loss' too")
+    if batch_id is not None and (config or study):
+        raise InvalidInput("config and study do not filter a batch", hint="drop batch_id")
     if batch_id is not None:
         page, every = _batch_page(
             client, batch_id, status, launched_by, limit, cursor, metric, order_by, direction
         )
     else:
         page, every = _page(
-            client, status, experiment, limit, cursor, metric, order_by, direction, launched_by
-        )
+            client, status, experiment, limit, cursor, metric, order_by, direction, launched_by,
+            config, study,
+        )  # fmt: skip
     page_ids = [j.job_id for j in page.items]
     scores = client.scores(page_ids, metric, direction) if metric else {}
     # Seed groups over every job that matches (the batch's, else the filters'), not the page:
@@ -240,6 +245,8 @@ def _page(
     order_by: str | None,
     direction: str,
     launched_by: str | None,
+    config: dict[str, Any] | None = None,
+    study: str | None = None,
 ) -> Pages:
     """The page the filters give, and how to read every job they match."""
     page = client.list(
@@ -251,7 +258,17 @@ def _page(
         order_by=order_by,
         direction=direction,  # type: ignore[arg-type]
         launched_by=launched_by,
+        config=config,
+        study=study,
     )
+    if config or study:  # seed groups over every job these filters match too
+        from air_skills.runtime.store.results_index import Where
+
+        where = Where(status=status, experiment=experiment, launched_by=launched_by,
+                      config=config or {}, study=study)  # fmt: skip
+        sql, args = where.sql()
+        query = f"SELECT j.job_id FROM jobs j WHERE {sql} ORDER BY j.seq DESC LIMIT ?"
+        return page, lambda: [r[0] for r in client.store.read(query, (*args, GROUPS_POOL))]
     return page, lambda: matching_job_ids(client, status, experiment, launched_by)
 
 
