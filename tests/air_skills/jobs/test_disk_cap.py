@@ -44,7 +44,9 @@ def test_a_job_past_its_disk_cap_is_stopped_and_says_why(client: Client) -> None
     assert "disk: wrote past its cap of 0.01 GB" in done.message
     assert "checkpoints included" in done.message and "Next:" in done.message
     assert client.store.row(info.job_id).attempts == 1  # not retried: it would write again
-    assert "wrote 20 MB" in client.logs(info.job_id).text  # stopped by the cap, not by itself
+    # Stopped by the cap, not by itself: it sleeps 120 s after writing, past the wait. The cap
+    # may stop it before it prints "wrote 20 MB" (the tick can come mid-write), so that line is
+    # not asserted.
 
 
 def test_the_cap_counts_blocks_and_the_setting_applies(
