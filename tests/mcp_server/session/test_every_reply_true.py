@@ -119,3 +119,20 @@ async def test_a_batch_is_all_or_nothing_with_keys(server, tmp_path: Path) -> No
         assert twice.is_error and "is also item 0's" in text_of(twice)
         listed, _ = await ok(mcp, "list_jobs")
         assert len(listed["items"]) == 1  # only the launch_job above
+
+
+async def test_get_metrics_on_a_running_job_without_points_says_so(
+    server, client, tracked: str
+) -> None:
+    """39.8: get_metrics on a job that has logged nothing yet gives its status, not empty maps."""
+    from helpers import wait_until
+
+    async with McpClient(server) as mcp:
+        job, _ = await ok(
+            mcp, "launch_job", command=[sys.executable, "-c", "import time; time.sleep(120)"]
+        )
+        wait_until(lambda: client.get(job["job_id"]).run_id, timeout_s=60)
+        metrics, text = await ok(mcp, "get_metrics", job_id=job["job_id"])
+        assert metrics["latest"] == {} and metrics["status"] in ("QUEUED", "RUNNING")
+        assert "no metric logged yet" in metrics["note"]
+        await ok(mcp, "cancel_job", job_id=job["job_id"])
