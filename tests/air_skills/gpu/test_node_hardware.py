@@ -16,7 +16,8 @@ def test_the_node_describes_the_gpus_it_gave_the_job(monkeypatch) -> None:
     monkeypatch.setenv("AIR_SIMULATED_GPUS", "4")
     info = on_node("slurm", {"CUDA_VISIBLE_DEVICES": "1,2"})
     assert info["backend"] == "slurm" and info["gpu_count"] == 2
-    assert info["gpu_model"] == "Simulated GPU" and info["class"].startswith("2x ")
+    # Simulated GPUs compute on the CPU: one class with CPU slots (issue 39 item 6).
+    assert info["gpu_model"] == "Simulated GPU" and info["class"] == "CPU"
     assert info["host"] and info["cpu"]
     assert on_node("ray", {})["class"] == "CPU"
     uuids = on_node("ray", {"CUDA_VISIBLE_DEVICES": "GPU-aa,GPU-bb"})  # counted, not named
