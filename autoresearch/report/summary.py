@@ -110,6 +110,36 @@ def spent_warning(limit: int | None, state: StudyState) -> list[str]:
     ]
 
 
+def class_warning(study: Study, state: StudyState) -> list[str]:
+    """The baseline ran on another hardware class than the trials will (a prior or base job
+    on GPUs, trials on CPU slots, or the other way): said at start, with the key that decides
+    it, before every trial is marked incomparable (issue 39.6)."""
+    from air_skills.gpu.hardware import comparable_class, gpu_class
+    from autoresearch.report.hardware import trial_class
+
+    base = state.trials.get(0)
+    if base is None or study.hardware != "same" or study.gpus_per_trial is None:
+        return []
+    theirs = comparable_class(trial_class(base))
+    if not theirs:
+        return []
+    if study.gpus_per_trial == 0:
+        mine = "CPU"
+    else:
+        from air_skills.gpu.providers import provider
+
+        names = sorted({gpu_class(d.name, d.memory_mb) for d in provider().devices()})
+        count = f"{study.gpus_per_trial}x " if study.gpus_per_trial > 1 else ""
+        mine = "CPU" if names in ([], ["CPU"]) else count + " + ".join(names)
+    if comparable_class(mine) == theirs:
+        return []
+    return [
+        f"the baseline (trial 0) ran on {theirs}; trials with gpus_per_trial="
+        f"{study.gpus_per_trial} run on {mine}: with hardware: same each would be incomparable;"
+        " set gpus_per_trial to match the baseline, or hardware: any"
+    ]
+
+
 # What a final trial's decision means, for an agent that reads get_study's `recent`.
 DECISIONS = {
     "keep": "keep: the new best",
@@ -241,6 +271,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
             dict.fromkeys(
                 budget_warning(study)
                 + (spent_warning(b.trials, state) if phase != "finished" else [])
+                + class_warning(study, state)
                 + state.warnings
                 + _noise_warning(state)
                 + _hw(trials)

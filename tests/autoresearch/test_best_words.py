@@ -98,3 +98,20 @@ def test_a_spent_trials_budget_is_said() -> None:
     assert spent_warning(2, state) == [] and spent_warning(None, state) == []
     (said,) = spent_warning(1, state)
     assert "budget.trials is spent (1 of 1)" in said and "steer_study" in said
+
+
+def test_a_baseline_on_another_class_than_the_trials_is_said_at_start(air_home: Any) -> None:
+    """39.6: a study whose baseline and trials land on different classes warns at start."""
+    from autoresearch.journal.journal import StudyState
+    from autoresearch.report.summary import class_warning
+
+    state = StudyState()
+    state.trials[0] = Trial(number=0, diff={}, config={}, source="baseline",
+                            status=TrialStatus.SUCCEEDED, value=0.4, job_id="job-a", gpus=1,
+                            gpu_type="NVIDIA H100 80GB HBM3")  # fmt: skip
+    on_cpu = parse_study(small_study(gpus_per_trial=0))
+    (said,) = class_warning(on_cpu, state)
+    assert "ran on H100 80GB" in said and "gpus_per_trial=0 run on CPU" in said
+    # simulated GPUs and a CPU-slot baseline: one class, nothing to say
+    state.trials[0].gpu_type, state.trials[0].gpus = None, 0
+    assert class_warning(parse_study(small_study(gpus_per_trial=1)), state) == []
