@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from air_skills.errors import StoreError
-from air_skills.runtime.store.folder_files import Unreadable, read_regular
+from air_skills.runtime.results.folder_files import Unreadable, read_regular
 
 HOME_ID_FILE = "home_id"  # in AIR_HOME, owner-only
 HOME_ID_KEY = "home_id"  # its settings row in air.db

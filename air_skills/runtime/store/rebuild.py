@@ -3,7 +3,7 @@ database was lost, restored from an older backup (jobs launched since are unknow
 replaced by another home's (moved aside first, see home_id.py).
 
 Job folders are untrusted input: each ``record.json`` is read non-blocking, regular files
-only, under a size cap (folder_files.py); a record that does not validate skips its folder
+only, under a size cap (results/folder_files.py); a record that does not validate skips its folder
 with the reason, never the whole rebuild; a job's log is always its own folder's output.log,
 whatever the record says.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 from air_skills.errors import AirError
 from air_skills.home import FOLDER_RECORD, JOB_ID_RE
-from air_skills.runtime.store.folder_files import Unreadable, read_regular
+from air_skills.runtime.results.folder_files import Unreadable, read_regular
 from air_skills.runtime.store.home_id import db_home_id, read_home_id
 from air_skills.runtime.store.store import Store
 from air_skills.status import PRIORITY_RANK, JobStatus
