@@ -81,6 +81,7 @@ def collect(
                 report["bytes_freed"] += _folder_bytes(home, row["job_id"])
                 report["job_ids"].append(row["job_id"])
             report["jobs_removed"] = len(victims)
+            report["runs_deleted"] = sum(1 for row in victims if row["run_id"])
             return report
         _remove(home, store, victims, report)
     finally:

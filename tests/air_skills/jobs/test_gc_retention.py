@@ -106,7 +106,7 @@ def test_keep_last_keeps_study_best_baseline_and_what_a_live_job_references(
         dry = air_gc(client.home, "--dry-run", "--keep-last", "1")
         assert dry["jobs"]["dry_run"] is True
         assert set(dry["jobs"]["job_ids"]) == {job["discarded"], job["old"]}
-        assert dry["jobs"]["bytes_freed"] > 0
+        assert dry["jobs"]["bytes_freed"] > 0 and dry["jobs"]["runs_deleted"] == 2
         assert dry["jobs"]["kept"]["study"] == 2 and dry["jobs"]["kept"]["referenced"] == 1
         assert all(present(client, j) for j in job.values())  # a dry run removes nothing
 
