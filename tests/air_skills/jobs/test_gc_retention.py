@@ -187,3 +187,39 @@ def test_no_rule_removes_nothing(client: Client) -> None:
     report = air_gc(client.home)["jobs"]
     assert report["jobs_removed"] == 0 and report["older_than_days"] is None
     assert present(client, ids[0])
+
+
+def ev(event: str, trial: int, **fields: object) -> dict:
+    return {"event": event, "trial": trial, **fields}
+
+
+def trial(n: int, source: str, job: str, decision: str | None = None, **proposal: object):
+    out = [ev("proposal", n, source=source, **proposal), ev("launched", n, job_id=job)]
+    return out + ([ev("decision", n, decision=decision)] if decision else [])
+
+
+@pytest.mark.parametrize(
+    ("events", "kept"),
+    [
+        # the baseline, its noise repeat and the kept trial stay; the discarded one goes
+        (trial(0, "baseline", "b", "baseline") + trial(1, "noise", "n", "noise")
+         + trial(2, "tpe", "k", "keep") + trial(3, "tpe", "d", "discard"), {"b", "n", "k"}),
+        # a kept code trial keeps the trials its code descends from (what an export builds on)
+        (trial(0, "llm", "p0", "discard") + trial(1, "llm", "p1", "discard", parent=0)
+         + trial(2, "llm", "k", "keep", parent=1) + trial(3, "llm", "x", "discard"),
+         {"p0", "p1", "k"}),
+        # the confirm runs of a kept trial, and the final re-evaluation's winner and runs
+        (trial(0, "tpe", "k", "keep") + trial(1, "confirm", "c", confirms=0)
+         + trial(2, "tpe", "w") + trial(3, "final", "f", final_of=2)
+         + [{"event": "final_done", "winner": 2}], {"k", "c", "w", "f"}),
+        # a retried trial: every attempt's job
+        (trial(0, "tpe", "a1", "keep") + [ev("launched", 0, job_id="a2")], {"a1", "a2"}),
+        # a trial decided keep, then beaten: it was a kept trial, it stays
+        (trial(0, "tpe", "k1", "keep") + trial(1, "tpe", "k2", "keep"), {"k1", "k2"}),
+        # bad lines are skipped, not fatal
+        ([{"event": "launched", "trial": "x", "job_id": "j"}] + trial(0, "tpe", "k", "keep"),
+         {"k"}),
+    ],
+)  # fmt: skip
+def test_what_a_study_journal_keeps(events: list[dict], kept: set[str]) -> None:
+    assert retention.kept_jobs(events) == kept
