@@ -146,6 +146,7 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
             try:
                 started = self.state.final_started  # killed in the final re-evaluation
                 reason = started.get("reason", "done") if started else self._loop()
+                self.mirror.settle(wait=True)  # the parent run, made beside the first trials
                 self._final_phase(reason)
             except KeyboardInterrupt:
                 self.emit("session_ended", reason="interrupted")

@@ -1,11 +1,16 @@
 """The study's MLflow mirror: a parent run for the study, with each trial's run as its child.
 
 Best effort: the journal is the record, and MLflow mirrors it when it can. Writes are queued
-and flushed after the loop's launches, so a slow tracking server never delays a trial.
+and flushed after the loop's launches, so a slow tracking server never delays a trial. The
+parent run is made beside the loop too (``create_parent`` returns at once, ``settle`` journals
+it): the home's tracking writer may take seconds to start (MLflow's import), and the first
+trials went out only after it, so a short wall-time budget ended before any trial launched.
+A trial launched before the parent existed is made its child when its decision is mirrored.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,9 @@ class StudyMirror:
         self._parent = parent_run_id
         self.queue: list[Action] = []
         self.warned = False  # one warning per session: a dead tracking server is not news
+        self._making: threading.Thread | None = None  # the parent run being made
+        self._made: tuple[str, Any] | None = None  # ("ok", (run_id, exp_id)) or ("error", msg)
+        self.made_here = False  # made in this session: a trial may have gone out before it
 
     def warn_once(self, message: str) -> None:
         if not self.warned:
@@ -40,6 +48,9 @@ class StudyMirror:
         self.queue.append(action)
 
     def flush(self) -> None:
+        self.settle()
+        if self._making is not None:
+            return  # kept until the parent run exists
         queue, self.queue = self.queue, []
         for action in queue:
             self.now(action)
@@ -54,7 +65,19 @@ class StudyMirror:
             self.warn_once(f"MLflow mirror failed: {str(exc)[:200]}")
 
     def create_parent(self, study: Study, study_id: str | None, study_dir: Path) -> None:
-        """Create the study's parent run and journal its id (``mlflow_parent``)."""
+        """Start making the study's parent run beside the loop; ``settle`` journals its id
+        (``mlflow_parent``) or the warning once it is made."""
+        thread = threading.Thread(
+            target=self._make_parent,
+            args=(study, study_id, study_dir),
+            name="study-mlflow-parent",
+            daemon=True,
+        )
+        self._making = thread
+        thread.start()
+
+    def _make_parent(self, study: Study, study_id: str | None, study_dir: Path) -> None:
+        # runs in its thread: no journal write here (``settle`` does it in the loop's thread)
         try:
             tracker = self._tracker()
             exp_id = tracker.experiment_id(study.experiment_name)
@@ -80,19 +103,49 @@ class StudyMirror:
             for k, v in params.items():
                 tracker.client.log_param(run_id, k, str(v))
         except Exception as exc:
-            self._emit("warning", message=f"no MLflow parent run: {str(exc)[:200]}")
-            self.warned = True
+            self._made = ("error", f"no MLflow parent run: {str(exc)[:200]}")
             return
+        self._made = ("ok", (run_id, exp_id))
+
+    def settle(self, wait: bool = False) -> None:
+        """Journal the parent run once it is made; ``wait``: wait for it (before its end)."""
+        thread = self._making
+        if thread is None:
+            return
+        if wait:
+            thread.join()
+        elif thread.is_alive():
+            return
+        self._making = None
+        kind, made = self._made or ("error", "no MLflow parent run: its maker ended early")
+        if kind == "error":
+            self._emit("warning", message=made)
+            self.warned = True
+            self.queue = []
+            return
+        run_id, exp_id = made
+        self.made_here = True
         self._emit("mlflow_parent", run_id=run_id, experiment_id=exp_id)
 
     def resume_parent(self) -> None:
         self.now(lambda mc: mc.update_run(self._parent(), status="RUNNING"))
 
     def end_parent(self, status: str) -> None:
+        self.settle(wait=True)
+        self.flush()
         self.now(lambda mc: mc.set_terminated(self._parent(), status))
 
-    def decision(self, trial: int, value: float | None, best_value: float | None) -> None:
-        """Queue a decision's points: the best so far (when it changed) and the trial's value."""
+    def decision(
+        self,
+        trial: int,
+        value: float | None,
+        best_value: float | None,
+        run_id: str | None = None,
+    ) -> None:
+        """Queue a decision's points: the best so far (when it changed) and the trial's value;
+        the trial's run (``run_id``) is made the parent's child (launched before it existed)."""
+        if run_id and (self.made_here or self._making is not None):
+            self.later(lambda mc: mc.set_tag(run_id, "mlflow.parentRunId", self._parent()))
         if best_value is not None:
             self.later(
                 lambda mc: mc.log_metric(self._parent(), "best_value", best_value, step=trial)

@@ -336,5 +336,8 @@ class TrialWatch:
         )
         finite = t.value is not None and math.isfinite(t.value)
         self.mirror.decision(
-            t.number, t.value if finite else None, best_value if best is not None else None
+            t.number,
+            t.value if finite else None,
+            best_value if best is not None else None,
+            run_id=t.run_id,
         )
