@@ -82,7 +82,8 @@ async def test_every_tool_text_holds_what_its_description_promises(
             "base_config": BASE,
             "search_space": {"x": {"type": "float", "low": -1.0, "high": 1.0}},
             "objective": {"metric": "loss", "direction": "minimize"},
-            "budget": {"trials": 3, "concurrency": 1},
+            # prior jobs do not spend budget.trials (issue 39.7): one trial of its own
+            "budget": {"trials": 1, "concurrency": 1},
             "noise": {"repeats": 0},
             "gpus_per_trial": 0,
             "proposer": "random",
