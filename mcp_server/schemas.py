@@ -55,6 +55,8 @@ class JobReply(JobInfo):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_published_fields)
 
     status: str = Field(description="JobStatus; PRUNED: cancelled by a study's early stopping")  # type: ignore[assignment]
+    # None, not []: a job that wrote nothing yet costs its reply nothing (get_job stays compact)
+    outputs: list[str] | None = None  # type: ignore[assignment]
     log_tail: str | None = Field(
         default=None, description=f"log tail of a failed or timed-out job ({JOB_OUTPUT_NOTE})"
     )
