@@ -79,6 +79,8 @@ def written_outputs(client: Client, info: JobInfo) -> list[str]:
     """The job's outputs (JobInfo.outputs) as a reply names them: its AIR_CHECKPOINT_DIR, which
     air makes for every job, once the job wrote into it; the folders the job made itself always.
     An empty checkpoint folder named in every reply cost get_job ~200 of its 1,000 bytes."""
+    if not info.outputs:  # a dry run ("dry-run" is no job id) or a job with no folder yet
+        return []
     own = os.fspath(job_dir(client.home, info.job_id) / "checkpoints")
     return [p for p in info.outputs if p != own or _holds_anything(p)]
 
