@@ -114,7 +114,8 @@ def test_launch_patch_turns_a_changed_tree_back_into_the_base(base: CodeBase) ->
 def test_diff_round_trips_without_a_final_newline() -> None:
     before, after = b"a\nb", b"a\nc"
     text = unified_diff("f.py", before, after)
-    assert apply_patch(text, lambda p: before)["f.py"] == after
+    tree = {"f.py": before}  # only f.py: a/f.py too would make the header ambiguous (-p0/-p1)
+    assert apply_patch(text, tree.get)["f.py"] == after
     assert summarize(text)["files"] == {"f.py": [1, 1]}
 
 

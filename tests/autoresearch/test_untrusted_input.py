@@ -184,4 +184,5 @@ def test_a_trial_error_line_with_brackets_prints_as_it_is(study_home: Path, tmp_
     assert f"RuntimeError: {line}" in res.stderr  # the loop's progress line, verbatim
     st = replay(Journal(folder).read())
     assert st.trials[0].status == TrialStatus.FAILED and line in (st.trials[0].failure or "")
-    assert st.stopped and st.stopped["reason"] == "budget:trials"
+    # The failing trial is the baseline: the study stops there (issue 38: nothing wasted).
+    assert st.stopped and st.stopped["reason"] == "baseline-failed"

@@ -49,6 +49,7 @@ def test_launch_status_logs_and_mlflow_metrics(ray_client: Any, workdir: Path) -
         "gpus": 2,
         "cpus": 1,
         "config": {"lr": 0.5, "opt": {"name": "adam"}},
+        "config_as": "file",  # argv exactly as given: no --lr=0.5 flags after it
         "env": {"MY_VAR": "mine"},
         "experiment": "ray-exp",
         "idempotency_key": "ray-test-1",
