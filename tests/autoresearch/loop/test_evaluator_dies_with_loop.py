@@ -18,12 +18,13 @@ from helpers import wait_until
 from autoresearch.journal.journal import Journal, TrialStatus, replay
 
 # The evaluator notes each start and the pid of a child it leaves in its group, then waits
-# for as long as the gate file exists; then it prints the objective.
+# for as long as the gate file exists; then it prints the objective. The notes folder is written
+# into the script: an evaluator gets job_env's allow-list, not the loop's environment (37.5).
 EVALUATE = """\
 import os, subprocess, sys, time
 from pathlib import Path
 
-here = Path(os.environ["EVAL_NOTES"])
+here = Path(NOTES)
 with open(here / "starts", "a") as f:
     f.write(f"{os.getpid()}\\n")
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -56,16 +57,16 @@ def test_the_evaluator_dies_with_the_loop_and_resume_evaluates_once(
     study_home: Path, tmp_path: Path
 ) -> None:
     tree = make_tree(tmp_path / "tree")
-    (tree / "evaluate.py").write_text(EVALUATE)
     notes = tmp_path / "notes"
     notes.mkdir()
+    (tree / "evaluate.py").write_text(EVALUATE.replace("NOTES", repr(str(notes)), 1))
     (notes / "gate").touch()
     # sandbox off: this evaluator writes its notes outside its scratch folder
     study = code_study(tree, evaluate=f"{sys.executable} evaluate.py", budget={"trials": 1},
                        sandbox="off")  # fmt: skip
     study_file, folder = tmp_path / "study.yaml", tmp_path / "study"
     study_file.write_text(yaml.safe_dump(study))
-    loop = start_loop(study_file, folder, EVAL_NOTES=str(notes))
+    loop = start_loop(study_file, folder)
     try:
         first = wait_until(lambda: first_number(notes / "starts"), timeout_s=120)
         child = wait_until(lambda: first_number(notes / f"child-{first}"), timeout_s=30)
@@ -77,7 +78,7 @@ def test_the_evaluator_dies_with_the_loop_and_resume_evaluates_once(
     wait_until(lambda: gone(first), timeout_s=30)  # the evaluator followed the loop
     assert not gone(child)  # its own child is still there: the resume must end it
     (notes / "gate").unlink()
-    resumed = start_loop(study_file, folder, resume=True, EVAL_NOTES=str(notes))
+    resumed = start_loop(study_file, folder, resume=True)
     assert resumed.wait(timeout=180) == 0, resumed.stderr.read().decode() if resumed.stderr else ""
     assert gone(child)
     starts = (notes / "starts").read_text().split()
