@@ -37,7 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoresearch.journal.journal import StudyState, Trial
-from autoresearch.loop import confirm, decisions
+from autoresearch.loop import decisions
+from autoresearch.loop.selection import confirm
 from autoresearch.study.study import Study, parse_study
 
 RESAMPLES = 2000

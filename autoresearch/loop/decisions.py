@@ -8,8 +8,8 @@ from typing import Any
 
 from air_skills.vocabulary import Direction, better
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
-from autoresearch.loop import accept
 from autoresearch.loop.early_stopping import Verdict, median_rule
+from autoresearch.loop.selection import accept
 from autoresearch.report.hardware import trial_class
 from autoresearch.spec.study_schema import Study
 

@@ -29,10 +29,10 @@ from autoresearch.journal.journal import (
     replay,
 )
 from autoresearch.loop import budgets, waste
-from autoresearch.loop.final_phase import FinalPhase
 from autoresearch.loop.launcher import TrialLauncher
 from autoresearch.loop.mirror import StudyMirror
 from autoresearch.loop.prior import with_base_job
+from autoresearch.loop.selection.final_phase import FinalPhase
 from autoresearch.loop.slots import SlotFilling
 from autoresearch.loop.trials import build_request, trial_command
 from autoresearch.loop.watch import STUDY_ENDING, TrialWatch

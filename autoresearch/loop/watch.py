@@ -20,7 +20,7 @@ from air_skills.errors import (
     UnknownMetric,
 )
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
-from autoresearch.loop import confirm, decisions
+from autoresearch.loop import decisions
 from autoresearch.loop.mirror import StudyMirror
 from autoresearch.loop.outcomes import (
     job_times,
@@ -29,6 +29,7 @@ from autoresearch.loop.outcomes import (
     ts,
     wants_infra_retry,
 )
+from autoresearch.loop.selection import confirm
 from autoresearch.spec.study_schema import Study
 
 LOG_TAIL_LINES = 20

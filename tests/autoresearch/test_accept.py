@@ -1,5 +1,5 @@
-"""The acceptance rules (loop/accept.py) and the final selection's pure parts (loop/final.py):
-tables of cases, no processes."""
+"""The acceptance rules (loop/selection/accept.py) and the final selection's pure parts
+(loop/selection/final.py): tables of cases, no processes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 from ar_helpers import small_study
 
 from autoresearch.journal.journal import StudyState
-from autoresearch.loop import accept, decisions, final
-from autoresearch.loop.final_phase import _count_reuse
+from autoresearch.loop import decisions
+from autoresearch.loop.selection import accept, final
+from autoresearch.loop.selection.final_phase import _count_reuse
 from autoresearch.study.study import parse_study
 
 

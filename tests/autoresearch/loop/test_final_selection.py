@@ -16,8 +16,8 @@ from ar_helpers import small_study, start_loop
 
 from autoresearch.api import get_study
 from autoresearch.journal.journal import Journal, replay
-from autoresearch.loop import final
 from autoresearch.loop.loop import run_study
+from autoresearch.loop.selection import final
 from autoresearch.study.study import parse_study
 from autoresearch.web.data import static_view
 

@@ -20,7 +20,7 @@ from typing import Any
 from air_skills import settings
 from air_skills.errors import AirError, NotFound
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
-from autoresearch.loop import final
+from autoresearch.loop.selection import final
 from autoresearch.spec.study_schema import Study
 from autoresearch.study.folder import take_stop_request
 
@@ -180,7 +180,7 @@ class FinalPhase:
         if fields.get("status") != TrialStatus.SUCCEEDED.value:
             return
         if holdout.command:
-            from autoresearch.loop.holdout_eval import run_holdout
+            from autoresearch.loop.selection.holdout_eval import run_holdout
 
             got = run_holdout(self.study, self._home() / "jobs" / str(t.job_id), t.config,
                               self.dir / ".evaluate", self.code, self.dir)  # fmt: skip

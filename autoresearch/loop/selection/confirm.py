@@ -18,7 +18,7 @@ import statistics
 from typing import Any
 
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
-from autoresearch.loop import accept
+from autoresearch.loop.selection import accept
 from autoresearch.spec.study_schema import Study
 
 MISSING = object()
