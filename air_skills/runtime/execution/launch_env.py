@@ -64,18 +64,22 @@ RESERVED_ENV = frozenset(
 )
 
 
-# What air reads back from a job's folder stays as air wrote it: bound read-only over the job's
-# own folder (a patch the job rewrote would be what `air rerun` and `air code export` give).
-KEPT_FILES = (LAUNCH_ENV, JOB_ENV, "code.json", "code.patch", FOLDER_RECORD)
+# AIR_* names a spec's ``env`` may set: the study loop's split for its trials (autoresearch).
+SPEC_AIR_ENV = frozenset({"AIR_EVAL_SPLIT"})
 
 
 # Leads a tracked job's PYTHONPATH: its sitecustomize keeps mlflow.set_experiment() working
 JOB_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "job_site")
 
 
+# What air reads back from a job's folder stays as air wrote it: bound read-only over the job's
+# own folder (a patch the job rewrote would be what `air rerun` and `air code export` give).
+KEPT_FILES = (LAUNCH_ENV, JOB_ENV, "code.json", "code.patch", FOLDER_RECORD)
+
+
 def is_reserved(name: str) -> bool:
     """Whether a job's own ``env`` may not set ``name`` (see RESERVED_ENV)."""
-    return name in RESERVED_ENV or name.startswith("AIR_")
+    return name in RESERVED_ENV or (name.startswith("AIR_") and name not in SPEC_AIR_ENV)
 
 
 def user_env(env: dict[str, str]) -> dict[str, str]:
