@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -68,6 +69,23 @@ def _run(
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def evaluator_env(
+    work: Path, config: dict[str, Any], job_dir: Path, study_dir: Path
+) -> dict[str, str]:
+    """An evaluation run's environment: job_env's allow-list, as a trial's (never the loop's
+    AIR_MCP_TOKEN or LLM keys), the trial's checkpoints and folder, and its config written to
+    ``work/config.json``."""
+    cfg = work / "config.json"
+    cfg.write_text(json.dumps(config))
+    return {
+        **job_environment(os.environ),
+        "AIR_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
+        "AIR_CONFIG_FILE": str(cfg),
+        "AIR_TRIAL_JOB_DIR": str(job_dir),
+        MARKER: str(study_dir),
+    }
+
+
 def _corrupt_protected(base: CodeBase, view: Path) -> list[str]:
     """Protected files whose materialised bytes do not hash to their content address; each
     one's blob is quarantined (air_skills/runtime/code/quarantine.py)."""
@@ -116,7 +134,6 @@ def evaluate(
 ) -> Evaluation:
     """Run the evaluator on the checkpoints in ``job_dir``; the objective or why not."""
     assert study.evaluate is not None
-    import json
     import time
 
     study_dir = study_dir or scratch.parent
@@ -133,16 +150,7 @@ def evaluate(
                 + " does not hash to its content address (blob quarantined; see air doctor)",
                 tampered=corrupt,
             )
-        cfg = work / "config.json"
-        cfg.write_text(json.dumps(config))
-        env = {
-            # job_env's allow-list, as a trial's: never the loop's AIR_MCP_TOKEN or LLM keys
-            **job_environment(os.environ),
-            "AIR_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
-            "AIR_CONFIG_FILE": str(cfg),
-            "AIR_TRIAL_JOB_DIR": str(job_dir),
-        }
-        env[MARKER] = str(study_dir)
+        env = evaluator_env(work, config, job_dir, study_dir)
         try:
             command = _sandboxed(study, trial_command(study.evaluate.command), job_dir, work, cwd)
             done = _run(command, cwd, env, scratch, study_dir,

@@ -9,7 +9,6 @@ held-out inputs as ``$AIR_DATA_DIR/<name>``. Its ``---`` block gives the held-ou
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -18,10 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from air_skills.runtime.execution.job_env import job_environment
 from air_skills.runtime.results.summary_block import parse_summary
-from autoresearch.loop.evaluate import OUTPUT_TAIL, Evaluation, _run
-from autoresearch.loop.evaluator_boot import MARKER
+from autoresearch.loop.evaluate import OUTPUT_TAIL, Evaluation, _run, evaluator_env
 from autoresearch.loop.trials import study_sandbox, trial_command
 from autoresearch.spec.study_schema import Study
 
@@ -70,17 +67,10 @@ def run_holdout(
             path = os.path.realpath(os.path.join(study.workdir, d.path))
             real.append(path)
             (links / d.name).symlink_to(path)
-        cfg = work / "config.json"
-        cfg.write_text(json.dumps(config))
         env = {
-            # job_env's allow-list, as a trial's: never the loop's AIR_MCP_TOKEN or LLM keys
-            **job_environment(os.environ),
-            "AIR_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
-            "AIR_CONFIG_FILE": str(cfg),
-            "AIR_TRIAL_JOB_DIR": str(job_dir),
+            **evaluator_env(work, config, job_dir, study_dir),
             "AIR_DATA_DIR": str(links),
             "AIR_EVAL_SPLIT": "test",
-            MARKER: str(study_dir),
         }
         timeout_s = holdout.timeout_min * 60
         try:
