@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from air_skills.tracking import writer
 from autoresearch.spec.study_schema import Study
 
 Action = Callable[[Any], Any]  # takes an MlflowClient
@@ -75,6 +76,10 @@ class StudyMirror:
         )
         self._making = thread
         thread.start()
+        if not writer.enabled():
+            # MLflow in this process (AIR_TRACKING_WRITER=off): its import from two threads at
+            # once breaks it (runtime/runs/run_end.py), and the launches import it too
+            self.settle(wait=True)
 
     def _make_parent(self, study: Study, study_id: str | None, study_dir: Path) -> None:
         # runs in its thread: no journal write here (``settle`` does it in the loop's thread)
