@@ -8,6 +8,7 @@ state, ``suggest_trials`` returns the proposer's next diffs without running them
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -98,6 +99,7 @@ def start_study(
         )
     from autoresearch.study.registry import register
 
+    made = not (resume or prior_jobs or folder.exists())  # a refused start takes it back
     register(parsed.name, folder)  # get_study(name) finds it, wherever the folder is
     if prior_jobs:
         resume = _journal_prior(folder, parsed, prior_jobs, resume)
@@ -140,9 +142,13 @@ def start_study(
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             tail = (folder / LOOP_LOG).read_text(errors="replace").strip().splitlines()[-5:]
+            hint = f"read {folder / LOOP_LOG}"
+            if made and not any(e.get("event") == "launched" for e in Journal(folder).read()):
+                shutil.rmtree(folder, ignore_errors=True)  # nothing ran: a rerun is not refused
+                hint = f"fix the cause and start it again (study folder {folder} removed)"
             raise InvalidState(
                 f"the study loop exited at once (code {proc.returncode}): " + " / ".join(tail),
-                hint=f"read {folder / LOOP_LOG}",
+                hint=hint,
                 study_dir=str(folder),
             )
         events = Journal(folder).read()

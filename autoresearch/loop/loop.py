@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -137,6 +138,19 @@ class StudyLoop(TrialLauncher, TrialWatch, SlotFilling, FinalPhase):
     def run(self) -> LoopResult:
         if self._proposer is None:  # a missing API key fails before anything is written
             self._proposer = make_proposer(self.study.proposer)
+        made = not self.resume and not self.dir.exists()  # this call makes the folder
+        try:
+            return self._run()
+        except AirError:
+            # A start refused before any trial ran (the sandbox, the data roots, a missing
+            # held-out input) takes back the folder it made, so the fixed rerun is not
+            # refused as "already holds a journal"; a folder that was there is never touched.
+            if made and not any(e.get("event") == "launched" for e in self.journal.read()):
+                shutil.rmtree(self.dir, ignore_errors=True)
+                self.log(f"nothing ran: study folder {self.dir} removed again")
+            raise
+
+    def _run(self) -> LoopResult:
         with LoopLock(self.dir):
             register(self.study.name, self.dir)  # get_study(name) finds it (CLI runs too)
             self._start()
