@@ -305,6 +305,11 @@ def static_view(
         "proposer": summary["proposer"],
         "counts": summary["trials"],
         "best": best,
+        # the lowest single value, when not the kept best's, and why it was not kept
+        # (autoresearch/journal/best.py: the one meaning of "best", as get_study and the report)
+        "lowest_seen": summary["lowest_seen"],
+        # every steer_study request in the journal (so kept across a resume), in words
+        "steering": _steering(state),
         "best_so_far": best_so_far(study, state),
         "noise": {"floor": state.noise_floor, "std": state.noise_std},
         "budget": summary["budget"],
@@ -328,6 +333,15 @@ def static_view(
         "last_error": summary["last_error"],
         "metric": study.objective.step_metric or study.objective.metric,
     }
+
+
+def _steering(state: StudyState) -> dict[str, Any] | None:
+    """Each ``steer`` event as a line ("steered by alice: note: ..."), the pins now in force and
+    how many queued items wait (None: never steered)."""
+    s = state.steering
+    if not s.log:
+        return None
+    return {"requests": [s.line(e) for e in s.log], "pins": s.pins, "queued": len(s.queue)}
 
 
 def _final_note(final: dict[str, Any] | None) -> list[str]:

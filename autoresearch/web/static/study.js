@@ -259,7 +259,9 @@
       (AIR.canStop && v.state === "running" ? ` <button class=danger id=stop>stop study</button>` : "");
     const stop = document.getElementById("stop");
     if (stop) stop.onclick = stopStudy;
-    const notes = [v.hardware_note, ...(v.warnings || []), v.last_error && `[${v.last_error.code}] ${v.last_error.message}`].filter(Boolean);
+    const lo = v.lowest_seen, st = v.steering || { requests: [] }; // best.py's words; steer events
+    const notes = [v.hardware_note, ...(v.warnings || []), lo && `lowest_seen ${num(lo.value)} (trial ${lo.trial}), not the best: ${lo.why_not_kept}`,
+      ...st.requests, st.queued && `${st.queued} steered trial(s) queued to run next`, v.last_error && `[${v.last_error.code}] ${v.last_error.message}`].filter(Boolean);
     document.getElementById("notes").innerHTML = notes.map((x) => `<div class=note>${esc(x)}</div>`).join("");
     document.getElementById("chartbox").innerHTML = chart(v); // drawn once per journal change
     renderLive(v, false);

@@ -236,3 +236,21 @@ def test_a_page_on_another_port_cannot_stop_a_study_with_the_cookie(
             evil.shutdown()
         view = get_json(base + "/api/studies/beta")[1]
         assert view["state"] == "interrupted" and not view.get("stop_reason"), view
+
+
+def test_a_steering_and_lowest_seen_show_among_the_notes(page, tmp_path: Path) -> None:
+    """Issue 39.9/39.5: a steer_study request made while the page is open appears among its
+    notes (who steered, what); the lowest single value is named lowest_seen, not the best."""
+    from autoresearch.api import steer_study
+
+    folder = write_journal(tmp_path / "studies" / "s", 40, name="steered", seed=0)
+    with serving(tmp_path / "studies") as base:
+        page.goto(with_token(base + "/studies/steered"))
+        page.wait_for_selector("#trials tbody tr.trial")
+        notes = page.inner_text("#notes")
+        assert "lowest_seen" in notes and "not the best" in notes and "steered" not in notes
+        steer_study(folder, note="try a smaller lr", by="alice", admin=True)  # journaled
+        page.wait_for_function(
+            "document.getElementById('notes').innerText.includes('steered by alice')"
+        )
+        assert "note: try a smaller lr" in page.inner_text("#notes")
