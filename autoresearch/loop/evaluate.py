@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.runtime.execution.job_env import job_environment
+from air_skills.runtime.execution.launch_env import user_env
 from air_skills.runtime.results.summary_block import parse_summary
 from autoresearch.code.code_base import CodeBase
 from autoresearch.loop.evaluator_boot import MARKER, boot_command, record
@@ -70,15 +71,17 @@ def _run(
 
 
 def evaluator_env(
-    work: Path, config: dict[str, Any], job_dir: Path, study_dir: Path
+    work: Path, config: dict[str, Any], job_dir: Path, study_dir: Path, study_env: dict[str, str]
 ) -> dict[str, str]:
-    """An evaluation run's environment: job_env's allow-list, as a trial's (never the loop's
+    """An evaluation run's environment: job_env's allow-list and the study's ``env`` (its
+    reserved names dropped, as from a trial's spec env), as a trial's (never the loop's
     AIR_MCP_TOKEN or LLM keys), the trial's checkpoints and folder, and its config written to
     ``work/config.json``."""
     cfg = work / "config.json"
     cfg.write_text(json.dumps(config))
     return {
         **job_environment(os.environ),
+        **user_env(study_env),
         "AIR_CHECKPOINT_DIR": str(job_dir / "checkpoints"),
         "AIR_CONFIG_FILE": str(cfg),
         "AIR_TRIAL_JOB_DIR": str(job_dir),
@@ -150,7 +153,7 @@ def evaluate(
                 + " does not hash to its content address (blob quarantined; see air doctor)",
                 tampered=corrupt,
             )
-        env = evaluator_env(work, config, job_dir, study_dir)
+        env = evaluator_env(work, config, job_dir, study_dir, study.env)
         try:
             command = _sandboxed(study, trial_command(study.evaluate.command), job_dir, work, cwd)
             done = _run(command, cwd, env, scratch, study_dir,

@@ -185,3 +185,30 @@ def test_the_evaluator_gets_no_secret_of_the_loop(
     (t,) = replay(Journal(folder).read()).ordered()
     assert t.status == TrialStatus.SUCCEEDED, t.failure
     assert t.value == pytest.approx(1.0)
+
+
+def test_the_evaluator_gets_the_studys_env_without_reserved_names(
+    study_home: Path, tmp_path: Path
+) -> None:
+    """Issue 38: a trial gets job_env's allow-list and the study's ``env``; the protected
+    evaluator gets both too, the study's env filtered as a trial's spec env is (reserved names
+    such as CUDA_VISIBLE_DEVICES dropped: the runtime's values win)."""
+    tree = make_tree(tmp_path / "tree")
+    (tree / "evaluate.py").write_text(
+        "import os\n"
+        "ok = os.environ.get('EVAL_SCALE') == '0.25'\n"
+        "ok = ok and os.environ.get('CUDA_VISIBLE_DEVICES') != '7'\n"
+        "print('---')\n"
+        "print('loss:', 1 if ok else 99)\n"
+    )
+    study = code_study(
+        tree,
+        evaluate="python evaluate.py",
+        budget={"trials": 1},
+        env={"EVAL_SCALE": "0.25", "CUDA_VISIBLE_DEVICES": "7"},
+    )
+    folder = tmp_path / "study"
+    run(study, folder, [])
+    (t,) = replay(Journal(folder).read()).ordered()
+    assert t.status == TrialStatus.SUCCEEDED, t.failure
+    assert t.value == pytest.approx(1.0)

@@ -68,7 +68,7 @@ def run_holdout(
             real.append(path)
             (links / d.name).symlink_to(path)
         env = {
-            **evaluator_env(work, config, job_dir, study_dir),
+            **evaluator_env(work, config, job_dir, study_dir, study.env),
             "AIR_DATA_DIR": str(links),
             "AIR_EVAL_SPLIT": "test",
         }
