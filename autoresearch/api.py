@@ -7,6 +7,7 @@ state, ``suggest_trials`` returns the proposer's next diffs without running them
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -161,11 +162,52 @@ def start_study(
             hint=f"read {folder / LOOP_LOG}",
             study_dir=str(folder),
         )
+    if made:
+        _refused_at_start(proc, folder, deadline)
     out = get_study(folder)
     out["pid"] = proc.pid
     if getattr(proposer, "unavailable", None):  # its fallback proposes: say why, first
         out["warnings"] = [proposer.unavailable, *out.get("warnings", [])]
     return out
+
+
+def _refused_at_start(proc: subprocess.Popen[bytes], folder: Path, deadline: float) -> None:
+    """A new study refused before its first trial ran (the sandbox or the data roots refuse
+    the baseline's launch, a held-out input is missing) ends its loop at once: its error is
+    raised here, and the folder this call made is taken back, so the rerun after the fix is
+    not refused as "already holds a journal". Returns once a trial is launched (or stopped)."""
+    error = None
+    while time.monotonic() < deadline:
+        events = Journal(folder).read()
+        if any(e.get("event") in ("launched", "launch_refused", "stopped") for e in events):
+            return
+        error = next((e for e in reversed(events) if e.get("event") == "error"), None)
+        if error is not None or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    else:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)  # it ends right after journaling its error
+    events = Journal(folder).read()
+    if proc.poll() is None or any(e.get("event") == "launched" for e in events):
+        return  # still going, or a trial ran: the folder and its journal stay
+    error = next((e for e in reversed(events) if e.get("event") == "error"), error)
+    shutil.rmtree(folder, ignore_errors=True)
+    removed = f"study folder {folder} removed: nothing ran"
+    if error is not None:
+        hint = str(error.get("hint") or "fix the cause")
+        raise AirError(
+            str(error.get("message") or "the study was refused"),
+            code=str(error.get("code") or "air-error"),
+            hint=f"{hint}; then start it again ({removed})",
+            study_dir=str(folder),
+        )
+    raise InvalidState(
+        f"the study loop exited at once (code {proc.returncode})",
+        hint=f"fix the cause and start it again ({removed})",
+        study_dir=str(folder),
+    )
 
 
 def _journal_prior(folder: Path, study: Study, prior_jobs: list[str], resume: bool) -> bool:

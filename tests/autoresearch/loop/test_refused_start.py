@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from ar_helpers import small_study
 
+from air_skills.errors import AirError
+from autoresearch.api import get_study, start_study
 from autoresearch.journal.journal import Journal, TrialStatus, replay
 
 
@@ -54,3 +57,18 @@ def test_a_refused_run_keeps_a_folder_that_was_there(study_home: Path, tmp_path:
     assert res.returncode != 0 and "writable-refused" in res.stderr, res.stderr[-3000:]
     assert (folder / "notes.txt").read_text() == "mine"
     assert Journal(folder).read()  # the refusal stays journaled there
+
+
+def test_start_study_refused_at_its_first_launch_takes_its_folder_back(
+    study_home: Path, tmp_path: Path
+) -> None:
+    """The MCP tool's path: the loop runs in the background; its refusal comes back as the
+    call's error, and the folder it made is gone."""
+    refused, fixed = _study_files(tmp_path)
+    folder = tmp_path / "study"
+    with pytest.raises(AirError) as info:
+        start_study(str(refused), str(folder))
+    assert info.value.code == "writable-refused", info.value.to_dict()
+    assert not folder.exists()
+    start_study(str(fixed), str(folder), background=False)  # the same folder: not refused
+    assert get_study(folder)["trials"]["total"] == 1
