@@ -17,25 +17,29 @@ TREE = (
     " start_new_session=True)\n"
     "time.sleep(60)\n"
 )
+# The tree's root: a process of this test's own, so that what else this test process started
+# (an xdist worker runs many tests: writers, idle supervisors) is not in the tree looked at.
+ROOT = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {TREE!r}])\n"
+ROOT += "time.sleep(60)\n"
 
 
 def test_descendants_walks_the_tree_and_agrees_with_a_full_scan(monkeypatch) -> None:
-    child = subprocess.Popen([sys.executable, "-c", TREE])
+    root = subprocess.Popen([sys.executable, "-c", ROOT])
     try:
-        live = wait_until(lambda: len(d := proc.descendants(os.getpid())[0]) >= 2 and d)
-        assert child.pid in live and len(live) == 2
-        grandchild = next(p for p in live if p != child.pid)
+        live = wait_until(lambda: len(d := proc.descendants(root.pid)[0]) >= 2 and d)
+        assert len(live) == 2
+        grandchild = next(p for p in live if os.getsid(p) == p)  # in a session of its own
+        child = next(p for p in live if p != grandchild)
         # Spared pids are not descended into: the grandchild hangs under the child.
-        assert proc.descendants(os.getpid(), spare=(child.pid,)) == ([], [])
+        assert proc.descendants(root.pid, spare=(child,)) == ([], [])
         # Where the kernel has no children files, the scan of /proc finds the same tree.
         monkeypatch.setattr(proc, "_children", lambda pid: None)
-        assert sorted(proc.descendants(os.getpid())[0]) == sorted(live)
+        assert sorted(proc.descendants(root.pid)[0]) == sorted(live)
         monkeypatch.undo()
         os.kill(grandchild, 9)
-        child.kill()
-        child.wait()
+        os.kill(child, 9)  # a zombie under the root until it is reaped: not live
         # The grandchild, reaped by init (we are no subreaper here), is gone from the tree.
-        wait_until(lambda: proc.descendants(os.getpid())[0] == [])
+        wait_until(lambda: proc.descendants(root.pid)[0] == [])
     finally:
-        child.kill()
-        child.wait()
+        root.kill()
+        root.wait()
