@@ -132,8 +132,6 @@ def _new_identity_token(
 ) -> Path:
     """Make identity ``name`` in ``project``; its token goes to an owner-only file under
     AIR_HOME/mcp-tokens (never printed), whose path is returned."""
-    import os
-
     if not http_url or project is None or token_file is not None:
         raise InvalidInput(
             "--identity makes an agent's identity for an HTTP server: it needs --http URL and"
@@ -141,12 +139,7 @@ def _new_identity_token(
             code="bad-identity-options",
             hint="air mcp-config CLIENT --http URL --identity NAME --project P",
         )
+    from air_skills.cli.tokens import save_token
+
     c = client()
-    token = c.add_identity(name, project)
-    folder = c.home / "mcp-tokens"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    path = folder / name
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(token + "\n")
-    return path
+    return save_token(c.home, name, c.add_identity(name, project))
