@@ -85,7 +85,7 @@ class MlflowTracker:
             with _init_lock(self.home, self.uri):
                 path = sqlite_path(self.uri)
                 if path is not None:  # built aside, renamed into place (see sqlite_store)
-                    ensure_store(path)
+                    ensure_store(path, self.artifact_root("Default"))
                 client = MlflowClient(tracking_uri=self.uri)
                 client.search_experiments(max_results=1)  # touches the store for real
         except TrackingUnavailable:

@@ -18,6 +18,7 @@ complete, at this MLflow's schema version and empty.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -131,9 +132,13 @@ def half_built_error(path: Path, state: StoreState) -> TrackingUnavailable:
     )
 
 
-def ensure_store(path: Path) -> None:
+def ensure_store(path: Path, default_artifacts: str | None = None) -> None:
     """Leave ``path`` holding a complete store (building it if needed), or raise
-    TrackingUnavailable naming the recovery. The caller holds the init lock."""
+    TrackingUnavailable naming the recovery. The caller holds the init lock.
+
+    ``default_artifacts``: the artifact location of MLflow's own ``Default`` experiment in a
+    store built here (MLflow would set ``<cwd>/mlruns/0``, and a template copied to every home
+    would carry the folder it was first built from; issue 38.4)."""
     building = path.with_name(path.name + BUILDING)
     _remove_with_side_files(building)  # a build killed earlier: nobody else builds now
     state = inspect(path)
@@ -143,7 +148,7 @@ def ensure_store(path: Path) -> None:
         set_aside(path)
     elif state.exists:
         return
-    _build(path, building)
+    _build(path, building, default_artifacts)
 
 
 def set_aside(path: Path) -> Path:
@@ -158,7 +163,7 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
-def _build(path: Path, building: Path) -> None:
+def _build(path: Path, building: Path, default_artifacts: str | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     template = template_path()
     if template is None or not _copy_template(template, building):
@@ -170,6 +175,8 @@ def _build(path: Path, building: Path) -> None:
         _dispose_engine(uri)
         if template is not None:
             _keep_template(building, template)
+    if default_artifacts is not None:
+        _set_default_artifacts(building, default_artifacts)
     with open(building, "rb") as f:
         os.fsync(f.fileno())
     # A journal beside the final name would be taken for the new store's hot journal.
@@ -178,6 +185,12 @@ def _build(path: Path, building: Path) -> None:
     os.replace(building, path)
     _fsync_dir(path.parent)
     _dispose_engine(SQLITE_PREFIX + str(path))  # a pooled connection to a replaced file
+
+
+def _set_default_artifacts(store: Path, location: str) -> None:
+    """Point the ``Default`` experiment (id 0) of a store being built at ``location``."""
+    with contextlib.closing(sqlite3.connect(store)) as db, db:
+        db.execute("UPDATE experiments SET artifact_location=? WHERE experiment_id=0", (location,))
 
 
 def template_path() -> Path | None:

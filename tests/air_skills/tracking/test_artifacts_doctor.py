@@ -33,3 +33,23 @@ def test_doctor_names_artifacts_outside_the_home(air_home: Path, tmp_path: Path)
     subprocess.run(["bash", "-c", check["next"]], check=True)  # the fix, as said
     assert artifacts_check(air_home)["status"] == "ok"
     assert list((air_home / "mlartifacts").rglob("notes.txt"))
+
+
+def test_mlflows_default_experiment_keeps_its_artifacts_under_the_home(
+    air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow makes its own ``Default`` experiment at ``<cwd>/mlruns/0``, and the template store
+    copied to each new home carried the folder it was first built from (seen: every home's
+    Default pointing into another checkout). A ``mlflow.start_run()`` with no experiment lands
+    there. The store air builds points it under the home, whatever the current directory."""
+    for folder in ("first-checkout", "second-checkout"):
+        cwd = tmp_path / folder
+        cwd.mkdir()
+        monkeypatch.chdir(cwd)  # the template is built (or copied) from here
+        home = air_home / folder
+        home.mkdir(parents=True)
+        client = MlflowTracker(home).client
+        location = client.get_experiment("0").artifact_location
+        assert location.startswith(home.resolve().as_uri() + "/mlartifacts/"), location
+        assert artifacts_check(home)["status"] == "ok"
+    assert not list(tmp_path.rglob("mlruns"))
