@@ -11,7 +11,7 @@ from typing import Any
 
 from air_skills.batch import group_line
 from air_skills.runtime.results.finite import show_value
-from air_skills.runtime.supervision.stall import note as stall_note
+from air_skills.runtime.supervision.stall_words import note as stall_note
 from mcp_server.schemas import BatchReply, CompareReply, JobPage, LogReply, SeedGroup, WaitReply
 
 CONFIG_CHARS = 300

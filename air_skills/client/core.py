@@ -28,7 +28,7 @@ from air_skills.runtime.store.identities import Identity
 from air_skills.runtime.store.job_ids import resolve_job_id
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
-from air_skills.runtime.supervision.stall import say_stalled, stalls_since
+from air_skills.runtime.supervision.stall_words import say_stalled, stalls_since
 from air_skills.vocabulary import Direction
 
 # A cancelled job is ended by its supervisor: SIGTERM, AIR_GRACE_S, then its record, written

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from air_skills.errors import UnknownMetric
-from air_skills.runtime.supervision.stall import MARK as STALL_MARK
+from air_skills.runtime.supervision.stall_words import MARK as STALL_MARK
 from autoresearch.journal.journal import Trial, TrialStatus
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import NotFound
-from air_skills.runtime.supervision.stall import MARK as STALL_MARK
+from air_skills.runtime.supervision.stall_words import MARK as STALL_MARK
 from autoresearch.journal.best import lowest_seen
 from autoresearch.journal.journal import Journal, StudyState, Trial, TrialStatus, replay
 from autoresearch.report.cost import Pricing, study_cost, study_throughput, trial_cost, trial_gpus

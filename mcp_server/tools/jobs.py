@@ -20,7 +20,7 @@ from air_skills.errors import AirError, InvalidInput, InvalidState, NotFound
 from air_skills.gpu.hardware import hardware_class, not_comparable
 from air_skills.models import JobInfo, Page
 from air_skills.runtime.results.finite import json_value
-from air_skills.runtime.supervision.stall import note as stall_note
+from air_skills.runtime.supervision.stall_words import note as stall_note
 from air_skills.status import JobStatus
 from mcp_server.schemas import (
     CompareReply,

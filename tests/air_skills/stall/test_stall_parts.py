@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from helpers import wait_until
 
-from air_skills.runtime.supervision import stacks, stall
+from air_skills.runtime.supervision import stacks, stall, stall_words
 from air_skills.runtime.supervision.stall import Stall, StallWatch
 from air_skills.status import JobStatus
 
@@ -190,17 +190,17 @@ def test_each_outcome_message_gives_its_stall_note_and_others_none() -> None:
         stall.outcome(coll, row(), {}).message,
         stall.outcome(coll, row(infra_retries=1), {}).message,
         stall.outcome(user, row(), {"on_stall": "retry"}).message,
-        stall.notify_message(coll),
+        stall_words.notify_message(coll),
     ]
-    notes = [stall.note(m) for m in messages]
+    notes = [stall_words.note(m) for m in messages]
     assert notes[0] == "stalled 31 min: pid 7 in t.py:3 f()"
     assert notes[1] == notes[2] == "stalled 31 min: rank 1 in all_reduce (d.py:9)"
     assert notes[3] == notes[0] and notes[4] == notes[1]
-    told = stall.say_stalled("RUNNING on GPUs [0]", user.what())
-    assert stall.note(told) == notes[0]
-    assert stall.note("FAILED: exited 1", 80) is None
-    assert stall.note("RUNNING: moving again after a stall") is None
-    assert stall.note(messages[0], 20) == "stalled 31 min: p..."
+    told = stall_words.say_stalled("RUNNING on GPUs [0]", user.what())
+    assert stall_words.note(told) == notes[0]
+    assert stall_words.note("FAILED: exited 1", 80) is None
+    assert stall_words.note("RUNNING: moving again after a stall") is None
+    assert stall_words.note(messages[0], 20) == "stalled 31 min: p..."
 
 
 def test_the_watch_goes_on_from_its_saved_state(tmp_path: Path) -> None:
