@@ -420,6 +420,25 @@ def demo_study(examples: Path, proposer: str, trials: int) -> dict[str, Any]:
     return study
 
 
+def demo_held_out(study: dict[str, Any], log: Callable[[str], None]) -> None:
+    """Let the demo's final runs read the example's held-out input: its folder joins this
+    process's AIR_DATA_ROOTS (its launches carry them). Where no sandbox can be made, the
+    search's trials run unsandboxed (the input is still bound only into the final runs)."""
+    from air_skills.runtime.execution import sandbox
+
+    held = study["objective"]["holdout"]["data"]
+    folders = [os.path.realpath(os.path.join(study["workdir"], d["path"])) for d in held]
+    roots = [r for r in os.environ.get("AIR_DATA_ROOTS", "").split(os.pathsep) if r]
+    os.environ["AIR_DATA_ROOTS"] = os.pathsep.join([*roots, *folders])
+    why = sandbox.unavailable()
+    if why is not None:
+        study["sandbox"] = "off"
+        log(
+            f"no sandbox here ({why}): trials run unsandboxed; the held-out input is bound"
+            " into the final runs only"
+        )
+
+
 @app.command()
 @_guard
 def demo(
@@ -444,6 +463,7 @@ def demo(
     )
     log = _progress(as_json)
     log(f"demo: {trials} trials of examples/mlp, 2 at a time, proposer {proposer}, in {folder}")
+    demo_held_out(study, log)
     page = None
     if not no_page:
         from autoresearch.web.serve import BackgroundPage

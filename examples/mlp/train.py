@@ -2,7 +2,8 @@
 
 Run: `python examples/mlp/train.py [--key=value ...]`; under AIR the config arrives as JSON in
 AIR_CONFIG_FILE. Logs train_loss, val_loss and val_acc to MLflow when the MLflow env is set
-(test_loss and test_acc too with AIR_EVAL_SPLIT=test: a held-out extra draw),
+(test_loss and test_acc too with AIR_EVAL_SPLIT=test, from the held-out input: an extra draw
+that ``examples/make_heldout.py`` made once and a study binds only into its final runs),
 saves and resumes `$AIR_CHECKPOINT_DIR/ckpt.pt`, ends with a `---` summary block.
 """
 
@@ -39,6 +40,7 @@ SHAPE_KEYS = ("n_layer", "hidden", "activation")  # must match to resume
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
 N_CLASSES, N_FEATURES, N_TRAIN, N_VAL, N_TEST = 4, 16, 6000, 2000, 2000
+HELD_OUT_INPUT = "heldout"  # the data input's name: $AIR_DATA_DIR/heldout/test.npz
 
 
 def _draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,16 +54,34 @@ def _draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([spiral * 2, noise], axis=1), labels
 
 
-def make_dataset(test: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Four interleaved 2-D spirals plus 14 noise features, all rotated together; fixed seed.
-    ``test``: the held-out split instead, an extra draw of the same distribution (its own
-    seed, the same rotation), made only in a study's final re-evaluation (AIR_EVAL_SPLIT)."""
+def rotation() -> np.ndarray:
+    """The fixed rotation that hides the spirals among the noise dimensions."""
     rng = np.random.default_rng(20240601)
-    raw, labels = _draw(rng, N_TRAIN + N_VAL)
-    rotation, _ = np.linalg.qr(rng.normal(size=(N_FEATURES, N_FEATURES)))
-    if test:
-        raw, labels = _draw(np.random.default_rng(20240602), N_TEST)
-    return torch.tensor(raw @ rotation, dtype=torch.float32), torch.tensor(labels)
+    _draw(rng, N_TRAIN + N_VAL)
+    q, _ = np.linalg.qr(rng.normal(size=(N_FEATURES, N_FEATURES)))
+    return q
+
+
+def make_dataset() -> tuple[torch.Tensor, torch.Tensor]:
+    """Four interleaved 2-D spirals plus 14 noise features, all rotated together; fixed seed.
+    The training and validation examples only: the held-out split is not made here."""
+    raw, labels = _draw(np.random.default_rng(20240601), N_TRAIN + N_VAL)
+    return torch.tensor(raw @ rotation(), dtype=torch.float32), torch.tensor(labels)
+
+
+def load_held_out() -> tuple[torch.Tensor, torch.Tensor]:
+    """The held-out split, from the data input ``heldout`` ($AIR_DATA_DIR/heldout/test.npz):
+    a study binds it (read-only) into its final re-evaluation runs only; exits 2 when absent."""
+    path = Path(os.environ.get("AIR_DATA_DIR", "")) / HELD_OUT_INPUT / "test.npz"
+    if not os.environ.get("AIR_DATA_DIR") or not path.is_file():
+        common.fail(
+            f"AIR_EVAL_SPLIT=test but the held-out split {path} is not there: it is the data"
+            f" input {HELD_OUT_INPUT!r} (objective.holdout.data in study.yaml), bound only into"
+            " a study's final re-evaluation runs; make it with examples/make_heldout.py",
+            common.EXIT_BAD_CONFIG,
+        )
+    with np.load(path) as held:
+        return torch.tensor(held["x"], dtype=torch.float32), torch.tensor(held["y"])
 
 
 def main() -> None:
@@ -91,9 +111,10 @@ def main() -> None:
     x, y = make_dataset()
     x, y = x.to(device), y.to(device)
     x_train, y_train, x_val, y_val = x[:N_TRAIN], y[:N_TRAIN], x[N_TRAIN:], y[N_TRAIN:]
-    # The held-out split exists only in an autoresearch study's final re-evaluation runs.
+    # The held-out split: read only in an autoresearch study's final re-evaluation runs, the
+    # only runs its data input is bound into (a search trial cannot see the file).
     held_out = os.environ.get("AIR_EVAL_SPLIT") == "test"
-    x_test, y_test = (t.to(device) for t in make_dataset(test=True)) if held_out else (None, None)
+    x_test, y_test = (t.to(device) for t in load_held_out()) if held_out else (None, None)
 
     layers: list[nn.Module] = []
     width = N_FEATURES

@@ -1,7 +1,8 @@
 """A character-level GPT trained on Python's own standard-library source (no download needed).
 
 Run: `python examples/tinygpt/train.py [--key=value ...]`; under AIR the config arrives as JSON
-in AIR_CONFIG_FILE. Logs train_loss and val_loss to MLflow when the MLflow env is set, saves
+in AIR_CONFIG_FILE. Logs train_loss and val_loss to MLflow when the MLflow env is set (test_loss
+too with AIR_EVAL_SPLIT=test, on the held-out data input $AIR_DATA_DIR/heldout/test.txt), saves
 and resumes `$AIR_CHECKPOINT_DIR/ckpt.pt`, ends with a `---` summary block. Under torchrun
 (`air launch --procs 2 -- python examples/tinygpt/train.py`) it trains as DDP, gloo on CPU and
 NCCL on GPUs, each rank on its own batches; rank 0 alone logs, prints and saves.
@@ -52,9 +53,25 @@ STDLIB_FILES = (
 )  # fmt: skip
 CORPUS_MAX_CHARS = 300_000
 VAL_FRACTION = 0.1
-# The held-out split: the last shard before val, never trained on, evaluated only in a study's
-# final re-evaluation runs (AIR_EVAL_SPLIT=test): the search never sees its loss.
-TEST_FRACTION = 0.05
+# The held-out split: other standard-library text (examples/make_heldout.py picked it at random,
+# once), the data input $AIR_DATA_DIR/heldout/test.txt that a study binds only into its final
+# re-evaluation runs (AIR_EVAL_SPLIT=test): the search never sees the text or its loss.
+HELD_OUT_INPUT = "heldout"
+
+
+def load_held_out(lookup: dict[str, int]) -> torch.Tensor:
+    """The held-out text as token ids (characters outside the corpus's vocabulary left out);
+    exits 2 when the data input is absent."""
+    path = Path(os.environ.get("AIR_DATA_DIR", "")) / HELD_OUT_INPUT / "test.txt"
+    if not os.environ.get("AIR_DATA_DIR") or not path.is_file():
+        common.fail(
+            f"AIR_EVAL_SPLIT=test but the held-out split {path} is not there: it is the data"
+            f" input {HELD_OUT_INPUT!r} (objective.holdout.data in study.yaml), bound only into"
+            " a study's final re-evaluation runs; make it with examples/make_heldout.py",
+            common.EXIT_BAD_CONFIG,
+        )
+    text = path.read_text(encoding="utf-8")
+    return torch.tensor([lookup[ch] for ch in text if ch in lookup], dtype=torch.long)
 
 
 def load_corpus(data_file: str) -> str:
@@ -155,11 +172,12 @@ def main() -> None:
     lookup = {ch: i for i, ch in enumerate(chars)}
     data = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
     n_val = int(len(data) * VAL_FRACTION)
-    n_test = int(len(data) * TEST_FRACTION)
-    splits = {"train": data[: -n_val - n_test], "val": data[-n_val:]}
+    splits = {"train": data[:-n_val], "val": data[-n_val:]}
     block, batch = cfg["block_size"], cfg["batch_size"]
-    if os.environ.get("AIR_EVAL_SPLIT") == "test" and n_test > block + 1:
-        splits["test"] = data[-n_val - n_test : -n_val]
+    if os.environ.get("AIR_EVAL_SPLIT") == "test":
+        splits["test"] = load_held_out(lookup)
+        if len(splits["test"]) <= block + 1:
+            common.fail(f"the held-out text is too short for block_size={block}", 1)
     if n_val <= block + 1:
         common.fail(
             f"corpus of {len(text)} chars is too short for block_size={block}",

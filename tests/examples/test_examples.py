@@ -194,14 +194,25 @@ def test_a_preempted_example_saves_and_resumes_from_the_step_it_reached(
 
 @pytest.mark.parametrize("name", ["tinygpt", "mlp"])
 def test_the_held_out_split_only_with_air_eval_split_test(name: str, tmp_path: Path) -> None:
-    """Issue 40: each example logs test_loss (its held-out split: the tiny GPT's last shard
-    before val, the MLP's extra draw) only when AIR_EVAL_SPLIT is `test`; val_loss is the same
-    number either way (the search's split is untouched)."""
+    """Issue 40: each example logs test_loss only when AIR_EVAL_SPLIT is `test`, and reads its
+    held-out split from the data input `heldout` ($AIR_DATA_DIR/heldout: the MLP's extra draw,
+    the tiny GPT's left-out text), never computing it; val_loss is the same number either way
+    (the search's split is untouched). Without the input, `test` fails saying where it looked."""
     config = {**TINY[name], "steps": 20, "eval_every": 20}
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "heldout").symlink_to(EXAMPLES / name / "heldout")
+    bound = {"AIR_DATA_DIR": str(data_dir)}
     val = run_example(name, config, tmp_path / "val", {"AIR_EVAL_SPLIT": "val"})
-    test = run_example(name, config, tmp_path / "test", {"AIR_EVAL_SPLIT": "test"})
+    test = run_example(name, config, tmp_path / "test", {"AIR_EVAL_SPLIT": "test", **bound})
     assert val.returncode == 0 and test.returncode == 0, val.stderr[-2000:] + test.stderr[-2000:]
     searched, held = summary(val.stdout), summary(test.stdout)
     assert "test_loss" not in searched
     assert held["test_loss"] > 0
     assert held["val_loss"] == pytest.approx(searched["val_loss"], rel=1e-6)
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    for env in ({}, {"AIR_DATA_DIR": str(empty)}):  # a search trial's view: no such input
+        missing = run_example(name, config, tmp_path / "missing", {"AIR_EVAL_SPLIT": "test", **env})
+        assert missing.returncode == 2, missing.stderr[-2000:]
+        assert "held-out split" in missing.stderr and "heldout" in missing.stderr
