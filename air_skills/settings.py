@@ -105,18 +105,23 @@ _TABLE = (
     Setting(
         "AIR_SANDBOX_UID", "int", 65534,
         "where air runs as root: the unprivileged host uid a sandboxed job runs as (its group:"
-        " the uid's own), so that it cannot read root's files or open the disk; its folder,"
-        " `writable` folders and the jobs' cache are handed to it. Ignored where air runs as a"
-        " user (the job is that user)",
+        " the uid's own), so that it cannot read root's files or open the disk; its folder and"
+        " `writable` folders are handed to it, and root's cache folders shared with it by an ACL"
+        " (read-write for the user's own code). Ignored where air runs as a user (the job is"
+        " that user)",
         "a uid 1-4294967294", lambda v: 1 <= v <= 4294967294,
     ),
     Setting(
         "AIR_SANDBOX_CACHE", "path", None,
-        "the cache folder sandboxed jobs share (their XDG_CACHE_HOME; HF_HOME, TORCH_HOME,"
+        "the cache root sandboxed jobs share (their XDG_CACHE_HOME; HF_HOME, TORCH_HOME,"
         " PIP_CACHE_DIR, TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR below it unless the launch"
-        " names them): read-write for the user's own code, read-only for code-editing trials"
-        " and evaluators",
-        default_text="unset: the user's (XDG_CACHE_HOME or ~/.cache); as root, $AIR_HOME/cache",
+        " names them; HF_HUB_CACHE, HF_DATASETS_CACHE where named): read-write, at their own"
+        " paths, for the user's own code (a folder missing is made; one that cannot be made or"
+        " shared falls back to $AIR_HOME/cache, and the job's log says so); read-only for"
+        " code-editing trials and evaluators, whose variables point at private folders in"
+        " their /tmp seeded with links to what the user's hold",
+        default_text="unset: the user's own (XDG_CACHE_HOME or ~/.cache; Triton's"
+        " ~/.triton/cache)",
     ),
     Setting(
         "AIR_SANDBOX_NETWORK", "str", "own",

@@ -90,6 +90,16 @@ run's tag `air.asked_experiment`; every top-level `mlflow.start_run()` resumes t
 A sandboxed job without `WANDB_API_KEY` gets `WANDB_MODE=offline` and `WANDB_DIR` (its folder).
 Every experiment air creates keeps its artifacts under `AIR_HOME/mlartifacts/` (a tracking
 server: the server's root), whatever folder air runs from.
+
+A sandboxed job's caches (the README's sandbox section): `XDG_CACHE_HOME`, `HF_HOME`,
+`TORCH_HOME`, `PIP_CACHE_DIR`, `TRITON_CACHE_DIR`, `TORCHINDUCTOR_CACHE_DIR` (and
+`HF_HUB_CACHE`, `HF_DATASETS_CACHE` where the launch sets them) name the user's own folders
+(the launch's values, else each tool's default: `~/.cache/...`, Triton's `~/.triton/cache`;
+`AIR_SANDBOX_CACHE` names another root) for the user's own code: a plain launch, a config
+study. A code-editing trial and the evaluator get `/tmp/air-cache/<tool>` instead: a private
+folder of links to what the user's holds, which they read and never write. `$HF_HOME/token`,
+`stored_tokens`, `HF_TOKEN_PATH`, pip's config and `~/.netrc` are never readable in a job;
+`HF_TOKEN` in a spec's `env` grants a token.
 """
 
 

@@ -62,6 +62,8 @@ def air_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.delenv("AIR_SIMULATED_GPU_FAULTS", raising=False)
     monkeypatch.delenv("AIR_PROJECT", raising=False)
     monkeypatch.delenv("AIR_DATA_ROOTS", raising=False)
+    # Sandboxed jobs share the user's caches (sandbox_caches.py): a test's own, never root's.
+    monkeypatch.setenv("AIR_SANDBOX_CACHE", str(tmp_path / "user-cache"))
     yield home
     _kill_leftovers(home)
 

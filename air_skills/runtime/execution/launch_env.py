@@ -290,6 +290,7 @@ def command_launch(
             ),
         )
         argv = view.argv(command)
+        banner += "".join(f"[air] {note}\n" for note in view.notes).encode()
         if view.network:
             slirp = sandbox_net.slirp_path(said)
             if slirp is None:

@@ -224,6 +224,7 @@ class View:
     env: tuple[tuple[str, str], ...] = ()
     user: tuple[int, int] | None = None
     network: bool = True
+    notes: tuple[str, ...] = ()  # for the job's log: a cache folder that fell back
 
     def argv(self, command: list[str]) -> list[str]:
         """The whole bwrap command line that runs ``command`` in this view."""
@@ -242,7 +243,7 @@ def mount_args(mounts: Iterable[tuple[str, str, str]]) -> list[str]:
     out: list[str] = []
     for option, src, dst in mounts:
         if option == "--dir":  # a folder on a tmpfs, made passable (bwrap's would be 0700)
-            out += ["--perms", "0755", "--dir", dst]
+            out += ["--perms", src or "0755", "--dir", dst]  # or as its source says (0777)
         else:
             out += [option, dst] if option == "--tmpfs" else [option, src, dst]
     return out
@@ -380,8 +381,10 @@ def view(
             hand_over(real, user, (), depth=0)
         out[:0] = _unsearchable(user, [m[2] for m in out] + [cwd or ""])
         out = _passable_parents(out)
+    out += caches.farm  # an untrusted job's private caches: folders and links in its /tmp
     served = network and not host_network  # by slirp4netns (sandbox_net.py)
-    return View(base, tuple(out), cwd, tuple(caches.env.items()), user, served)
+    env = tuple(caches.env.items())
+    return View(base, tuple(out), cwd, env, user, served, tuple(caches.notes))
 
 
 def host_network_granted(environ: Mapping[str, str] | None = None) -> bool:

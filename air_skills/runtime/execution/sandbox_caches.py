@@ -1,16 +1,24 @@
 """A sandboxed job's ML caches: torch hub, Hugging Face, Triton, inductor, pip, XDG in general.
 
-Which folder: the user's (XDG_CACHE_HOME or ~/.cache, and each tool's own variable where the
-launch sets one) when air runs as a user; where air runs as root the job is another uid
-(sandbox.job_user) that cannot write root's caches, so the jobs share ``$AIR_HOME/cache``,
-handed to that uid (AIR_SANDBOX_CACHE names another). The job's variables point into it.
+Which folders: the user's own, as the user's tools find them: XDG_CACHE_HOME (or ~/.cache),
+and each tool's variable where the launch sets one, else the tool's default (HF_HOME,
+TORCH_HOME and PIP_CACHE_DIR under XDG_CACHE_HOME, Triton's ~/.triton/cache); AIR_SANDBOX_CACHE
+names another root. A job reads what they hold already; its variables point at them.
 
-Trust follows the code: a job that runs the user's own code (a plain launch, a config study)
-shares them read-write, so what one downloads the next finds; a code-editing trial (a job
-with a ``patch``) and the evaluator see them read-only (a patched trial could plant compiled
-code or data the next job loads) and compile into a private /tmp folder. Secrets that live
-beside caches (``$HF_HOME/token``, pip's and netrc credentials) are covered by an empty file
-unless the job is given them by name (a spec's ``env``: HF_TOKEN). Stdlib only.
+Trust follows the code. A job that runs the user's own code (a plain launch, a config study)
+shares them read-write, bound at their own paths: what one downloads the next finds. A folder
+missing is made; where air runs as root the job is another uid (sandbox.job_user), given
+write access by an ACL (sandbox_cache_acl.py); where a folder can be neither made nor shared,
+the job uses ``$AIR_HOME/cache`` as before, and its log says so (``notes``). A code-editing
+trial (a job with a ``patch``) and the evaluator get them read-only, and each variable points
+at a private folder of their own under /tmp, seeded with links to what the user's folder
+holds (``farm``): they read every entry, a new download lands in the private folder, and
+nothing they write can reach the user's (a patched trial could plant compiled code or data
+the next job loads). bubblewrap 0.8 has no overlay: this is one made of links.
+
+Secrets that live beside the caches (``$HF_HOME/token``, ``stored_tokens``, pip's and netrc
+credentials) are covered by an empty file, never linked and never shared; a job that needs a
+token is given it by name (a spec's ``env``: HF_TOKEN). Stdlib only.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from air_skills import settings
+from air_skills.runtime.execution import sandbox_cache_acl
 
 # Each variable, and its folder under the cache root when the launch does not set it.
 FOLDERS = {
@@ -29,38 +38,56 @@ FOLDERS = {
     "TRITON_CACHE_DIR": "triton",
     "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
 }
-# Compiled code: an untrusted job compiles into a private folder, never the shared one.
-COMPILED = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
-PRIVATE = "/tmp/air-cache"
+# Folders a job gets only where the launch names them (else they lie in HF_HOME).
+NAMED_ONLY = {"HF_HUB_CACHE": "huggingface-hub", "HF_DATASETS_CACHE": "huggingface-datasets"}
+PRIVATE = "/tmp/air-cache"  # an untrusted job's own caches, in its private /tmp
+PRIVATE_MODE = "0777"  # its folders there: the job's uid writes them (nobody else is there)
+FARM_MAX = 2048  # links and folders seeded per job; a folder past it is one read-only link
 # Credentials beside the caches, relative to HF_HOME, or to the user's home.
 HF_SECRETS = ("token", "stored_tokens")
 HOME_SECRETS = (".netrc", ".pypirc", ".huggingface/token", ".config/pip", ".pip")
 EMPTY = "sandbox-empty"  # under AIR_HOME: the empty file laid over a secret
+OWN = "air-skills"  # air's own cache under XDG_CACHE_HOME (sandbox_probe.py): never shared
 
 Mount = tuple[str, str, str]
 
 
 @dataclass
 class Caches:
-    """The mounts that give a job its caches, and the variables that point it at them."""
+    """The mounts that give a job its caches, the variables that point it at them, the
+    private folders seeded with links (made after every other mount: ``farm``), and what the
+    job's log is told (a folder that fell back to ``$AIR_HOME/cache``)."""
 
     mounts: list[Mount] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    farm: list[Mount] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
-def root_folder(env: Mapping[str, str], home: str, user: tuple[int, int] | None) -> str:
-    """The cache folder jobs share (see the module docstring)."""
+def user_folders(env: Mapping[str, str]) -> dict[str, str]:
+    """Each cache variable and the user's folder for it (real paths; see the docstring)."""
     named = settings.get("AIR_SANDBOX_CACHE", env)
-    if named:
-        return os.path.realpath(os.path.expanduser(str(named)))
-    if user is not None:
-        return os.path.join(home, "cache")
-    base = env.get("XDG_CACHE_HOME") or os.path.join(_user_home(env), ".cache")
-    return os.path.realpath(base)
+    base = named or env.get("XDG_CACHE_HOME") or os.path.join(_user_home(env), ".cache")
+    root = os.path.realpath(os.path.expanduser(str(base)))
+    out = {"XDG_CACHE_HOME": root}
+    for name, sub in {**FOLDERS, **NAMED_ONLY}.items():
+        given = env.get(name)
+        if given:
+            out[name] = os.path.realpath(os.path.expanduser(given))
+        elif name == "TRITON_CACHE_DIR" and not named:  # Triton's own default
+            triton_home = env.get("TRITON_HOME") or _user_home(env)
+            out[name] = os.path.realpath(os.path.join(triton_home, ".triton", "cache"))
+        elif name in FOLDERS:
+            out[name] = os.path.join(root, sub)
+    return out
 
 
 def _user_home(env: Mapping[str, str]) -> str:
     return env.get("HOME") or os.path.expanduser("~")
+
+
+def _private(name: str) -> str:
+    return f"{PRIVATE}/{({**FOLDERS, **NAMED_ONLY}).get(name, 'xdg')}"
 
 
 def plan(
@@ -69,29 +96,18 @@ def plan(
     """The caches of a job whose environment is ``env`` (home: AIR_HOME's real path; user:
     the uid the job becomes, None for the caller's)."""
     out = Caches()
-    root = root_folder(env, home, user)
-    folders = {"XDG_CACHE_HOME": root}
-    for name, sub in FOLDERS.items():
-        given = env.get(name)
-        real = os.path.realpath(os.path.expanduser(given)) if given else ""
-        # A folder the launch names, where the job's uid may write it; else under the root.
-        if real and (user is None or _owned(real, user)):
-            folders[name] = real
-        else:
-            folders[name] = os.path.join(root, sub)
+    folders = user_folders(env)
+    if trusted:
+        _share(folders, home, user, out)
     bound: list[str] = []
     for name, real in folders.items():
-        if not trusted and name in COMPILED:
-            out.env[name] = f"{PRIVATE}/{FOLDERS[name]}"
-            continue
-        out.env[name] = real
-        if trusted:
-            _make(real, user, root)
+        out.env[name] = real if trusted else _private(name)
         if not os.path.isdir(real) or _below(real, bound) or _unbindable(real, home):
             continue
-        bound.append(real)
+        bound.append(real)  # read-only, an untrusted job's links lead here
         out.mounts.append(("--bind" if trusted else "--ro-bind", real, real))
-    # Compiled code kept by trusted jobs only; HF's datasets cache lies in HF_HOME already.
+    if not trusted:
+        out.farm = farm(folders, home, user)
     secrets = [os.path.join(folders["HF_HOME"], n) for n in HF_SECRETS]
     secrets += [env[n] for n in ("HF_TOKEN_PATH", "PIP_CONFIG_FILE") if env.get(n)]
     secrets += [os.path.join(_user_home(env), n) for n in HOME_SECRETS]
@@ -106,6 +122,94 @@ def plan(
     return out
 
 
+def _share(folders: dict[str, str], home: str, user: tuple[int, int] | None, out: Caches) -> None:
+    """Make each folder the job may write: the user's own, made if missing (as root, shared
+    with the job's uid); else the jobs' cache in AIR_HOME, said in ``out.notes``."""
+    for name, real in folders.items():
+        why = _writable(name, real, folders, user)
+        if why is None:
+            continue
+        sub = ({**FOLDERS, **NAMED_ONLY}).get(name)
+        instead = os.path.join(home, "cache", *([sub] if sub else []))
+        _make(instead, user)
+        folders[name] = instead
+        out.notes.append(f"sandbox caches: {name} is {instead}, not {real} ({why})")
+
+
+def _writable(
+    name: str, real: str, folders: Mapping[str, str], user: tuple[int, int] | None
+) -> str | None:
+    """None where the job can write ``real`` (made and shared now if need be), else why not."""
+    try:
+        os.makedirs(real, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        return f"it cannot be made: {exc.strerror or exc}"
+    if user is None:
+        return None if os.access(real, os.W_OK | os.X_OK) else "the user cannot write it"
+    below = [p for n, p in folders.items() if n != name and _below(p, [real])]
+    try:  # XDG_CACHE_HOME and HF_HOME may hold a token later: no default entry for it there
+        sandbox_cache_acl.share(
+            real,
+            user[0],
+            inherit=name not in ("XDG_CACHE_HOME", "HF_HOME"),
+            skip=[*below, os.path.join(real, OWN)],
+            secrets=HF_SECRETS,
+        )
+    except OSError as exc:
+        return f"it cannot be shared with uid {user[0]}: {exc.strerror or exc}"
+    return None
+
+
+def farm(folders: Mapping[str, str], home: str, user: tuple[int, int] | None) -> list[Mount]:
+    """An untrusted job's private caches: a writable folder per variable under PRIVATE,
+    holding a link to each entry of the user's folder (``--symlink``; a folder as a writable
+    folder of links in turn, breadth first, while FARM_MAX lasts), never a secret. Lock files
+    are left out: a tool makes its own; so is AIR_HOME, where a cache folder holds it."""
+    out: list[Mount] = [("--dir", PRIVATE_MODE, PRIVATE)]
+    left = FARM_MAX
+    roots = set(folders.values())
+    for name, real in folders.items():
+        dst = _private(name)
+        out.append(("--dir", PRIVATE_MODE, dst))
+        queue = [(dst, _listing(real, user))]
+        while queue:
+            to, entries = queue.pop(0)
+            for entry in entries or []:
+                if entry.name in HF_SECRETS or entry.name == OWN or entry.name.endswith(".lock"):
+                    continue
+                here = f"{to}/{entry.name}"
+                if _unbindable(entry.path, home) or _below(entry.path, [home]):
+                    continue  # AIR_HOME: hidden from every job
+                if entry.name == ".locks":
+                    out.append(("--dir", PRIVATE_MODE, here))
+                    continue
+                if entry.is_symlink():  # as it is: HF's snapshots link to ../../blobs
+                    out.append(("--symlink", os.readlink(entry.path), here))
+                    continue
+                inner = None
+                if entry.is_dir(follow_symlinks=False) and entry.path not in roots:
+                    inner = _listing(entry.path, user)
+                if inner is not None and len(inner) <= left:
+                    left -= len(inner)
+                    out.append(("--dir", PRIVATE_MODE, here))
+                    queue.append((here, inner))
+                else:
+                    out.append(("--symlink", entry.path, here))
+    return out
+
+
+def _listing(folder: str, user: tuple[int, int] | None) -> list[os.DirEntry[str]] | None:
+    """What ``folder`` holds, where the job's uid could list it itself; None if not."""
+    try:
+        st = os.stat(folder, follow_symlinks=False)
+        if user is not None and st.st_uid != user[0] and st.st_mode & 0o005 != 0o005:
+            return None
+        with os.scandir(folder) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError:
+        return None
+
+
 def _below(real: str, bound: list[str]) -> bool:
     return any(real == b or real.startswith(b.rstrip("/") + "/") for b in bound)
 
@@ -118,16 +222,9 @@ def _unbindable(real: str, home: str) -> bool:
     return False
 
 
-def _owned(real: str, user: tuple[int, int]) -> bool:
-    try:
-        return os.stat(real).st_uid == user[0]
-    except OSError:
-        return False
-
-
-def _make(real: str, user: tuple[int, int] | None, root: str) -> None:
-    """A trusted job's cache folder, made if missing; where the job is another uid, the
-    folders made for it are its own (never one that was there: a user's folder is theirs)."""
+def _make(real: str, user: tuple[int, int] | None) -> None:
+    """A folder of the jobs' cache in AIR_HOME, made if missing; where the job is another uid,
+    the folders made for it are its own (never one that was there)."""
     if os.path.isdir(real):
         return
     missing = []

@@ -116,8 +116,11 @@ def _bind(option: str, src: str, dst: str, host_view: str, host_mounts: list[str
 def _make_view(mounts: list[list[str]], host_view: str, host_mounts: list[str]) -> None:
     for option, src, dst in mounts:
         if option == "--dir":  # bwrap's --perms 0755 --dir: passable by the job's uid
-            os.makedirs(dst, mode=0o755, exist_ok=True)
-            os.chmod(dst, 0o755)
+            mode = int(src, 8) if src else 0o755  # or its source's (0777: its private caches)
+            os.makedirs(dst, mode=mode, exist_ok=True)
+            os.chmod(dst, mode)
+        elif option == "--symlink":  # bwrap's --symlink TARGET DEST
+            os.symlink(src, dst)
         elif option == "--tmpfs":
             _ensure(dst, True)
             _mount("tmpfs", dst, "tmpfs", MS_SILENT | MS_NOSUID | MS_NODEV, "mode=0755")

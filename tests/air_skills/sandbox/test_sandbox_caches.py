@@ -1,8 +1,10 @@
-"""Issue 38 (5): the usual ML caches work in a sandboxed job and stay safe.
+"""Issue 38 (5): a sandboxed job reads what the user's caches hold, and they stay safe.
 
-A plain launch (the user's own code) writes into HF_HOME and TORCH_HOME and the next job finds
-it; a code-editing trial (a job with a ``patch``) reads them but cannot write there; a token
-in HF_HOME is never visible to a job. Real jobs, both ways of starting a sandbox.
+A plain launch (the user's own code) reads a file already in the user's HF cache and what it
+downloads lands there for the next job; a code-editing trial (a job with a ``patch``) reads
+the user's cache, downloads into a private one, and cannot write the user's; a token in
+HF_HOME is never readable. The user's caches are a temporary HOME and XDG_CACHE_HOME (never
+root's own); as root, the job is AIR_SANDBOX_UID. Real jobs, both ways of starting a sandbox.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import spares_ready, wait_until
-from snapshot_repo import PATCH, make_repo
+from snapshot_repo import PATCH, git, make_repo
 
 from air_skills import Client, JobSpec, JobStatus
 from air_skills.runtime.execution import sandbox
@@ -28,33 +30,63 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed"),
 ]
 
+# argv: mode (write NAME | read), the user's real blobs folder, the user's real token file
 USE = r"""
 import json, os, sys
-hf, torch_home = os.environ["HF_HOME"], os.environ["TORCH_HOME"]
-out = {"hf": hf, "torch": torch_home}
+hf = os.environ["HF_HOME"]
+blobs = os.path.join(hf, "hub", "models--t", "blobs")
+out = {"hf": hf}
 def attempt(name, fn):
     try:
         out[name] = fn()
     except OSError as exc:
         out[name] = f"refused: {type(exc).__name__}"
-def download():
-    os.makedirs(os.path.join(hf, "hub"), exist_ok=True)
-    open(os.path.join(hf, "hub", "weights.bin"), "w").write("downloaded")
-    os.makedirs(os.path.join(torch_home, "hub"), exist_ok=True)
-    open(os.path.join(torch_home, "hub", "model.pt"), "w").write("hub")
+def write(folder, name):
+    with open(os.path.join(folder, name), "w") as f:
+        f.write("downloaded")
     return "written"
-def cached():
-    return open(os.path.join(hf, "hub", "weights.bin")).read()
-attempt("read_before", cached)
-attempt("write", download if sys.argv[1] == "write" else lambda: "skipped")
+attempt("pre", lambda: open(os.path.join(blobs, "pre")).read())
+attempt("new", lambda: open(os.path.join(blobs, "new")).read())
+if sys.argv[1] == "write":
+    attempt("write", lambda: write(blobs, sys.argv[2]))
+    attempt("direct", lambda: write(sys.argv[3], "direct-" + sys.argv[2]))
 attempt("token", lambda: open(os.path.join(hf, "token")).read())
+attempt("token_real", lambda: open(sys.argv[4]).read())
 print("CACHE " + json.dumps(out), flush=True)
 """
 
 
-def _run(client: Client, repo: Path, mode: str, **kw: object) -> dict:
+def _user_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user's home whose HF cache holds one file and a token; its HF_HOME."""
+    home = tmp_path / "user"
+    cache = home / ".cache"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    for name in ("HF_HOME", "HF_HUB_CACHE", "TORCH_HOME", "TRITON_CACHE_DIR", "AIR_SANDBOX_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    hf = cache / "huggingface"
+    (hf / "hub" / "models--t" / "blobs").mkdir(parents=True)
+    (hf / "hub" / "models--t" / "blobs" / "pre").write_text("pre-placed")
+    (hf / "token").write_text("hf_secret")
+    (hf / "token").chmod(0o644)  # world-readable, as huggingface-cli writes it
+    return hf
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = make_repo(tmp_path / "repo")
+    (repo / "use.py").write_text(USE)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "use")
+    return repo
+
+
+def _run(client: Client, repo: Path, hf: Path, *mode: str, **kw: object) -> dict:
+    blobs, token = hf / "hub" / "models--t" / "blobs", hf / "token"
+    argv = [PY, "use.py", *mode, str(blobs), str(token)] if mode[0] == "write" else [
+        PY, "use.py", "read", "-", "-", str(token)
+    ]  # fmt: skip
     info = client.launch(
-        JobSpec(command=[PY, "use.py", mode], workdir=str(repo), track=False, sandbox="on", **kw)
+        JobSpec(command=argv, workdir=str(repo), track=False, sandbox="on", **kw)  # type: ignore[arg-type]
     )
     done = client.wait([info.job_id], timeout_s=120)[0]
     log = client.logs(info.job_id, tail=None).text
@@ -62,51 +94,93 @@ def _run(client: Client, repo: Path, mode: str, **kw: object) -> dict:
     return json.loads(log.split("CACHE ", 1)[1].splitlines()[0])
 
 
+def _sandbox_start(
+    client: Client, air_home: Path, monkeypatch: pytest.MonkeyPatch, made_ahead: bool
+) -> None:
+    """Either bwrap at the job's start, or a sandbox an idle supervisor made ahead."""
+    if not made_ahead:
+        monkeypatch.setenv("AIR_SANDBOX_AHEAD", "off")
+        return
+    first = client.launch(JobSpec(command=["true"], track=False, sandbox="off"))
+    assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
+    wait_until(lambda: spares_ready(air_home), timeout_s=60)
+
+
+def _no_token(seen: dict) -> None:
+    assert "hf_secret" not in json.dumps(seen), seen
+    assert seen["token"] in ("", "refused: FileNotFoundError", "refused: PermissionError"), seen
+    assert seen["token_real"] in ("", "refused: PermissionError"), seen
+
+
 @pytest.mark.parametrize("made_ahead", [False, True], ids=["bwrap-at-start", "made-ahead"])
-def test_caches_are_shared_by_the_users_code_read_only_to_a_patch_and_hide_the_token(
+def test_a_plain_launch_reads_the_users_hf_cache_and_fills_it_for_the_next_job(
     client: Client,
     air_home: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     made_ahead: bool,
 ) -> None:
-    cache = tmp_path / "usercache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    monkeypatch.delenv("HF_HOME", raising=False)
-    monkeypatch.delenv("TORCH_HOME", raising=False)
-    monkeypatch.delenv("AIR_SANDBOX_CACHE", raising=False)
-    if not made_ahead:
-        monkeypatch.setenv("AIR_SANDBOX_AHEAD", "off")
-    repo = make_repo(tmp_path / "repo")
-    (repo / "use.py").write_text(USE)
-    from snapshot_repo import git
+    hf = _user_caches(tmp_path, monkeypatch)
+    repo = _repo(tmp_path)
+    _sandbox_start(client, air_home, monkeypatch, made_ahead)
+    first = _run(client, repo, hf, "write", "new")
+    # The user's own HF_HOME (as root too: shared with the job's uid), the file already there
+    assert first["hf"] == str(hf) and first["pre"] == "pre-placed", first
+    assert first["write"] == "written" and first["direct"] == "written", first
+    _no_token(first)
+    assert (hf / "hub" / "models--t" / "blobs" / "new").read_text() == "downloaded"
+    assert not (air_home / "cache").exists()  # not the jobs' cache in AIR_HOME
+    second = _run(client, repo, hf, "read")
+    assert second["new"] == "downloaded", second  # the next job finds the download
+    _no_token(second)
 
-    git(repo, "add", ".")
-    git(repo, "commit", "-qm", "use")
-    if made_ahead:
-        first = client.launch(JobSpec(command=["true"], track=False, sandbox="off"))
-        assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
-        wait_until(lambda: spares_ready(air_home), timeout_s=60)
-    first = _run(client, repo, "write")
-    assert first["write"] == "written", first
-    hf, torch_home = Path(first["hf"]), Path(first["torch"])
-    # As a user, the user's own cache; as root, the jobs' cache in AIR_HOME (the job's uid
-    # cannot write root's).
-    expected = air_home / "cache" if os.geteuid() == 0 else cache
-    assert hf == expected / "huggingface" and torch_home == expected / "torch"
-    assert (hf / "hub" / "weights.bin").read_text() == "downloaded"
-    assert (torch_home / "hub" / "model.pt").read_text() == "hub"
-    # A token put there by the user (world-readable, as huggingface-cli writes it).
-    (hf / "token").write_text("hf_secret")
-    (hf / "token").chmod(0o644)
-    second = _run(client, repo, "read")
-    assert second["read_before"] == "downloaded"  # the next job finds the download
-    assert "hf_secret" not in json.dumps(second) and second["token"] in (
-        "",
-        "refused: PermissionError",
+
+@pytest.mark.parametrize("made_ahead", [False, True], ids=["bwrap-at-start", "made-ahead"])
+def test_a_code_editing_trial_reads_the_users_cache_and_cannot_write_it(
+    client: Client,
+    air_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    made_ahead: bool,
+) -> None:
+    hf = _user_caches(tmp_path, monkeypatch)
+    repo = _repo(tmp_path)
+    _sandbox_start(client, air_home, monkeypatch, made_ahead)
+    blobs = hf / "hub" / "models--t" / "blobs"
+    (blobs / "new").write_text("downloaded")
+    patched = _run(client, repo, hf, "write", "mine", patch=PATCH)
+    assert patched["pre"] == "pre-placed" and patched["new"] == "downloaded", patched
+    # A download lands in its own private cache, never the user's; the user's is read-only.
+    assert patched["hf"] != str(hf) and patched["write"] == "written", patched
+    assert patched["direct"] == "refused: OSError", patched
+    assert sorted(p.name for p in blobs.iterdir()) == ["new", "pre"]
+    _no_token(patched)
+    plain = _run(client, repo, hf, "read")  # and the user's own code never sees it
+    assert "mine" not in json.dumps(plain)
+    assert not (blobs / "mine").exists()
+
+
+def test_a_cache_folder_that_cannot_be_made_falls_back_to_air_home_and_says_so(
+    client: Client, air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hf = _user_caches(tmp_path, monkeypatch)
+    monkeypatch.setenv("AIR_SANDBOX_AHEAD", "off")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("HF_HOME", str(blocked / "hf"))  # under a file: cannot be made
+    repo = _repo(tmp_path)
+    info = client.launch(
+        JobSpec(
+            command=[PY, "-c", "import os; print('HF', os.environ['HF_HOME'])"],
+            workdir=str(repo),
+            track=False,
+            sandbox="on",
+        )
     )
-    # A code-editing trial reads the caches, writes none of them.
-    patched = _run(client, repo, "write", patch=PATCH)
-    assert patched["read_before"] == "downloaded"
-    assert patched["write"] == "refused: OSError", patched
-    assert "hf_secret" not in json.dumps(patched)
+    done = client.wait([info.job_id], timeout_s=120)[0]
+    log = client.logs(info.job_id, tail=None).text
+    assert done.status == JobStatus.SUCCEEDED, (done.message, log)
+    instead = os.path.realpath(air_home / "cache" / "huggingface")
+    assert f"HF {instead}" in log, log
+    assert f"[air] sandbox caches: HF_HOME is {instead}, not {blocked / 'hf'}" in log, log
+    assert hf.exists()  # the other caches are still the user's
