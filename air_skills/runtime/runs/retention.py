@@ -14,7 +14,8 @@ remove nothing). Whatever the rules say, these stay:
 - any job a live job references (its id, or a path in its folder, anywhere in its spec or in
   the environment it was launched from).
 
-A removal: the MLflow run deleted (then purged where the store allows it), the job's folder
+A removal: the MLflow run deleted (then purged where the store allows it; the home's sqlite
+store purges 500 runs in one transaction, not one by one), the job's folder
 removed by descriptor (``JobFolder.remove``: a link that stands in its place is unlinked,
 never followed), then its rows (jobs, results, events, batch_jobs) in one transaction. A job
 whose run cannot be deleted (tracking down) stays, counted in ``errors``. ``dry_run`` says
@@ -279,17 +280,12 @@ def _folder_bytes(home: Path, job_id: str) -> int:
 
 
 def _remove(home: Path, store: Store, victims: list[Any], report: dict[str, Any]) -> None:
-    trackers: dict[str, Any] = {}
+    runs_gone = _delete_runs(home, victims, report)
     gone: list[str] = []
     for row in victims:
         job_id = row["job_id"]
-        if row["run_id"]:
-            try:
-                if _delete_run(home, job_id, row["run_id"], trackers):
-                    report["runs_deleted"] += 1
-            except Exception as exc:  # tracking down: the job stays, nothing orphaned
-                report["errors"].append(f"{job_id}: its MLflow run was not deleted: {exc}")
-                continue
+        if job_id not in runs_gone:  # tracking down: the job stays, nothing orphaned
+            continue
         report["bytes_freed"] += _folder_bytes(home, job_id)
         _remove_folder(home, job_id)
         gone.append(job_id)
@@ -301,6 +297,99 @@ def _remove(home: Path, store: Store, victims: list[Any], report: dict[str, Any]
                 c.execute(f"DELETE FROM {table} WHERE job_id IN ({marks})", chunk)
     report["jobs_removed"] = len(gone)
     report["job_ids"] = gone
+
+
+RUNS_AT_ONCE = 500  # runs purged in one transaction of MLflow's SQL store
+
+
+def _delete_runs(home: Path, victims: list[Any], report: dict[str, Any]) -> set[str]:
+    """The jobs whose MLflow runs are gone now (or that had none). The runs of one tracking
+    store go in bulk where it is MLflow's SQL store (the home's sqlite): RUNS_AT_ONCE runs
+    per transaction, their rows and artifacts under AIR_HOME; any other store (a server)
+    one run at a time. A run that cannot be deleted keeps its job, named in ``errors``."""
+    from air_skills.runtime.runs.job_run import job_uri
+
+    done: set[str] = set()
+    by_uri: dict[str, list[Any]] = {}
+    for row in victims:
+        if row["run_id"]:
+            uri = job_uri(home, home / "jobs" / row["job_id"])
+            by_uri.setdefault(uri, []).append(row)
+        else:
+            done.add(row["job_id"])
+    trackers: dict[str, Any] = {}
+    for uri, rows in by_uri.items():
+        sql = _sql_store(home, uri, trackers)
+        if sql is None:  # a server, or MLflow down: one at a time (each says why it stays)
+            for row in rows:
+                try:
+                    if _delete_run(home, row["job_id"], row["run_id"], trackers):
+                        report["runs_deleted"] += 1
+                    done.add(row["job_id"])
+                except Exception as exc:
+                    report["errors"].append(_not_deleted(row["job_id"], exc))
+            continue
+        for i in range(0, len(rows), RUNS_AT_ONCE):
+            chunk = rows[i : i + RUNS_AT_ONCE]
+            try:
+                report["runs_deleted"] += _purge_many(home, sql, [r["run_id"] for r in chunk])
+                done.update(r["job_id"] for r in chunk)
+            except Exception as exc:
+                report["errors"] += [_not_deleted(r["job_id"], exc) for r in chunk]
+    return done
+
+
+def _not_deleted(job_id: str, exc: Exception) -> str:
+    return f"{job_id}: its MLflow run was not deleted: {exc}"
+
+
+def _sql_store(home: Path, uri: str, trackers: dict[str, Any]) -> Any:
+    """MLflow's SQL store behind ``uri`` when it can purge runs in bulk; None otherwise."""
+    from air_skills.tracking.mlflow import MlflowTracker
+
+    try:
+        tracker = trackers.get(uri) or trackers.setdefault(uri, MlflowTracker(home, uri))
+        backend = getattr(getattr(tracker.client, "_tracking_client", None), "store", None)
+        from mlflow.store.tracking import sqlalchemy_store
+    except Exception:
+        return None
+    models = getattr(sqlalchemy_store, "_RUN_DELETE_CASCADE_MODELS", None)
+    if models is None or not isinstance(backend, sqlalchemy_store.SqlAlchemyStore):
+        return None
+    return backend
+
+
+def _purge_many(home: Path, backend: Any, run_ids: list[str]) -> int:
+    """Purge these runs from MLflow's SQL store in one transaction, as its own
+    ``_hard_delete_run`` does one run (metrics, latest metrics, params, tags, the run), their
+    artifacts first where they lie under AIR_HOME; returns how many were there."""
+    from mlflow.store.tracking.dbmodels.models import SqlRun
+    from mlflow.store.tracking.sqlalchemy_store import _RUN_DELETE_CASCADE_MODELS
+
+    with backend.ManagedSessionMaker(read_only=False) as session:
+        found = (
+            session.query(SqlRun.run_uuid, SqlRun.artifact_uri)
+            .filter(SqlRun.run_uuid.in_(run_ids))
+            .all()
+        )
+        ids = [run_uuid for run_uuid, _ in found]
+        for _, artifact_uri in found:
+            _remove_artifacts(home, artifact_uri or "")
+        for model in (*_RUN_DELETE_CASCADE_MODELS, SqlRun):
+            session.query(model).filter(model.run_uuid.in_(ids)).delete(synchronize_session=False)
+    return len(ids)
+
+
+def _remove_artifacts(home: Path, uri: str) -> None:
+    """A run's artifact folder goes when it lies under AIR_HOME (never followed through a
+    link); elsewhere it is left to its owner."""
+    path = uri[len("file://") :] if uri.startswith("file://") else uri
+    root = os.path.realpath(home) + os.sep
+    if path.startswith("/") and os.path.realpath(os.path.dirname(path)).startswith(root):
+        import shutil
+
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)  # fd-based: no link inside is followed
 
 
 def _remove_folder(home: Path, job_id: str) -> None:
@@ -352,12 +441,5 @@ def _purge(home: Path, client: Any, run: Any) -> None:
     hard_delete = getattr(backend, "_hard_delete_run", None)
     if hard_delete is None:
         return
-    uri = run.info.artifact_uri or ""
-    path = uri[len("file://") :] if uri.startswith("file://") else uri
-    root = os.path.realpath(home) + os.sep
-    if path.startswith("/") and os.path.realpath(os.path.dirname(path)).startswith(root):
-        import shutil
-
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)  # fd-based: no link inside is followed
+    _remove_artifacts(home, run.info.artifact_uri or "")
     hard_delete(run.info.run_id)

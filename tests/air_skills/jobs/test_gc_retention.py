@@ -182,6 +182,39 @@ def test_a_link_inside_a_job_folder_is_removed_not_followed(client: Client, tmp_
     assert (victim / "precious").read_text() == "keep me"
 
 
+def test_runs_are_purged_in_bulk_rows_and_artifacts_too(client: Client) -> None:
+    """Every removed job's run goes from MLflow's sqlite store with its metrics, params, tags
+    and artifacts (under AIR_HOME), in one transaction per 500 runs; a run already purged
+    out of band is not counted and its job goes all the same."""
+    import sqlite3
+
+    ids = run_jobs(client, 4)
+    runs = [str(client.store.row(j).run_id) for j in ids]
+    mlflow = client.tracker.client
+    for run_id in runs:
+        mlflow.log_param(run_id, "p", "1")
+        mlflow.log_text(run_id, "kept with the run", "notes.txt")
+    folders = [Path(mlflow.get_run(r).info.artifact_uri.removeprefix("file://")) for r in runs]
+    assert all((f / "notes.txt").is_file() for f in folders)
+    home = client.home.resolve()
+    assert all(f.resolve().is_relative_to(home) for f in folders)
+    mlflow._tracking_client.store._hard_delete_run(runs[0])  # gone before the gc
+
+    report = air_gc(client.home, "--keep-last", "0")["jobs"]
+    assert sorted(report["job_ids"]) == sorted(ids) and not report["errors"]
+    assert report["runs_deleted"] == 3  # the one purged out of band is not counted
+    assert all(gone(client, j, r) for j, r in zip(ids, runs, strict=True))
+    assert not any(f.exists() for f in folders[1:])  # the out-of-band purge left its own
+    db = sqlite3.connect(client.home / "mlflow.db")
+    try:
+        marks = ",".join("?" * len(runs))
+        for table in ("runs", "metrics", "latest_metrics", "params", "tags"):
+            left = db.execute(f"SELECT COUNT(*) FROM {table} WHERE run_uuid IN ({marks})", runs)
+            assert left.fetchone()[0] == 0, table
+    finally:
+        db.close()
+
+
 def test_no_rule_removes_nothing(client: Client) -> None:
     ids = run_jobs(client, 1)
     report = air_gc(client.home)["jobs"]
