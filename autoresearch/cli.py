@@ -375,6 +375,11 @@ def serve(
     serve_page(list(study_dirs or []), host, port, mlflow_url, announce)
 
 
+from autoresearch.host.cli import commands as host_commands  # noqa: E402
+
+app.add_typer(host_commands(_guard), name="host")
+
+
 # --- the demo ------------------------------------------------------------------------------
 
 
