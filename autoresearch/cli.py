@@ -1,7 +1,8 @@
 """The ``autoresearch`` command: run, watch, report, stop studies, and the offline demo.
 
-Every command takes ``--json``; exit 0 on success, 2 on bad input, 1 otherwise. Errors print
-``[code] what happened`` and ``Next: what to do``.
+Every command takes ``--json``; exit 0 on success, 2 on bad input, 1 otherwise, and `run`
+exits 3 when the study ran and failed (STUDY_FAILED_EXIT). Errors print ``[code] what
+happened`` and ``Next: what to do``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ out = Console(markup=False, emoji=False)
 err = Console(stderr=True, markup=False, emoji=False)
 JsonOpt = typer.Option(False, "--json", help="print JSON for agents and scripts")
 
+# `autoresearch run`: the study ran to its end and failed (its state `failed`: the baseline
+# failed, no trial succeeded, or one of its own checks stopped it); 1 stays for an error that
+# stopped the loop itself (a store gone, a refused key), 2 for a bad study file.
+STUDY_FAILED_EXIT = 3
 DEMO_TRIALS = 12
 # The demo's trials: a few CPU seconds each (300 steps), from a base whose lr is too low for so
 # short a run, so that 12 trials show a clear win over the baseline on any machine, loaded too.
@@ -158,13 +163,25 @@ def run(
     ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Run a study until a budget is spent; `--resume` re-attaches to its running trials."""
+    """Run a study until a budget is spent; `--resume` re-attaches to its running trials.
+
+    Exit status: 0 the study finished; 3 it ran and failed (its baseline failed, no trial
+    succeeded, or its own checks stopped it: the summary's `state` is `failed`); 2 a bad study
+    file; 1 an error stopped the loop (a store gone, a refused API key); 130 interrupted.
+    """
     from autoresearch.api import get_study
     from autoresearch.loop.loop import run_study
 
     result = run_study(study, study_dir, resume=resume, poll_s=poll_s, log=_progress(as_json))
     summary = get_study(result.study_dir)
     _emit_summary(summary, as_json)
+    if summary["state"] == "failed":
+        err.print(
+            f"study failed ({summary.get('stop_reason') or 'no trial succeeded'}):"
+            f" exit {STUDY_FAILED_EXIT}",
+            highlight=False,
+        )
+        raise typer.Exit(STUDY_FAILED_EXIT)
 
 
 @app.command()

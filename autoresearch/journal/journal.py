@@ -67,6 +67,7 @@ class Trial:
     metrics: dict[str, float] = field(default_factory=dict)
     failure: str | None = None
     failure_kind: str | None = None
+    message: str | None = None  # its job's own status line (exit code, the sandbox's note)
     log_tail: str | None = None
     decision: str | None = None
     job_done: bool = False  # the job itself has ended (a pruned trial's job may lag)
@@ -346,7 +347,8 @@ class StudyState:
         elif kind == "finished" and trial is not None:
             trial.status = TrialStatus(ev["status"])
             trial.job_done = True
-            for key in ("value", "steps", "failure", "failure_kind", "log_tail", "started_at"):
+            for key in ("value", "steps", "failure", "failure_kind", "message", "log_tail",
+                        "started_at"):  # fmt: skip
                 if ev.get(key) is not None:
                     setattr(trial, key, ev[key])
             trial.curve = ev.get("curve") or trial.curve

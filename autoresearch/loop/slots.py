@@ -13,7 +13,7 @@ from typing import Any
 
 from autoresearch.code.code_base import CodeBase
 from autoresearch.journal.journal import StudyState, Trial, TrialStatus
-from autoresearch.loop import budgets
+from autoresearch.loop import budgets, waste
 from autoresearch.loop.trials import build_request, noise_repeat
 from autoresearch.proposers import ProposalRequest, Proposer, suggest
 from autoresearch.spec.study_schema import Study
@@ -79,6 +79,8 @@ class SlotFilling:
             self._propose_fixed("baseline", {}, study.base_config, "the base config", number=0)
             self._launch(self.state.trials[0])
             launched, slots = launched + 1, slots - 1
+        if waste.baseline_pending(self.state):
+            return launched  # no trial beside the baseline: one that fails stops the study
         noise_done = sum(1 for t in self.state.trials.values() if t.source == "noise")
         while slots > 0 and noise_done < study.noise.repeats:
             noise_done += 1

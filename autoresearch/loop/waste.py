@@ -1,10 +1,10 @@
 """Nothing silently wasted: the study's checks of its own results (issue 38.2).
 
-Pure: (study, state) -> findings. A baseline that failed stops the study at once (the trials
-launched beside it are cancelled, none is proposed after it); different configs that gave a
-bit-identical value, seed repeats that did, and trials that all fail the same way are said at
-once (the loop journals each as a ``check`` event, once per code), with the likely cause and
-the fix; where the answer is certain the study stops.
+Pure: (study, state) -> findings. No trial runs beside the baseline (``baseline_pending``):
+one that failed stops the study before any trial, with its own error; different configs that
+gave a bit-identical value, seed repeats that did, and trials that all fail the same way are
+said at once (the loop journals each as a ``check`` event, once per code), with the likely
+cause and the fix; where the answer is certain the study stops.
 """
 
 from __future__ import annotations
@@ -72,9 +72,11 @@ def baseline_failed(state: StudyState) -> Finding | None:
     message = f"the baseline (trial 0, the base config) failed: {why}" + (
         f"; its log ends: {said}" if said and said not in why else ""
     )
+    if t.message and t.message not in message:  # air's words: exit code, the sandbox's note
+        message += f"; its job says: {t.message}"
     return Finding(
         BASELINE_FAILED,
-        message + ". The study stops: every trial runs the same command.",
+        message + ". The study stops before any trial: every trial runs the same command.",
         f"run the base config alone (`air logs {t.job_id}` shows its output), fix what it"
         " says, then start the study again",
         [0],
@@ -177,6 +179,14 @@ def findings(study: Study, state: StudyState) -> list[Finding]:
         same_failure(study, state),
     )
     return [f for f in checks if f is not None]
+
+
+def baseline_pending(state: StudyState) -> bool:
+    """Whether the baseline (trial 0) has yet to end: until it has a result, no other trial
+    (its noise repeats included) is launched, so a baseline that fails stops the study before
+    any trial; after it succeeded, its repeats and the proposer's trials share the slots."""
+    t = state.trials.get(0)
+    return t is not None and t.source == "baseline" and not t.status.is_final()
 
 
 def _list(numbers: list[int]) -> str:

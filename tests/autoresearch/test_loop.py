@@ -74,6 +74,7 @@ def test_concurrency_budget_report_and_mlflow(
             name="conc",
             # Each trial holds until it sees another live beside it (await_peer): two overlap
             # however slowly a loaded machine launches them, if the loop runs them at once.
+            # Not the baseline (free_x): no trial runs beside it (issue 38.2).
             base_config={
                 "x": 0.0,
                 "y": 0.0,
@@ -81,6 +82,7 @@ def test_concurrency_budget_report_and_mlflow(
                 "sleep_s": 0.25,
                 "stamp_dir": str(stamps),
                 "await_peer": True,
+                "free_x": 0.0,
             },
             budget={"trials": 5, "concurrency": 3},
             gpus_per_trial=1,
@@ -135,13 +137,13 @@ def test_wall_time_budget_stops_and_cancels(study_home: Path, tmp_path: Path) ->
     result = run_study(study, folder, poll_s=POLL_S)
     assert result.stop_reason == "budget:wall_time_min"
     st = replay(events(folder))
-    assert len(st.trials) == 2
+    assert len(st.trials) == 1  # the baseline, which no trial runs beside (issue 38.2)
     assert {t.status for t in st.ordered()} == {TrialStatus.CANCELLED}
     assert all("wall_time" in (t.failure or "") for t in st.ordered())
     from air_skills import Client
 
     jobs = Client().list(limit=100).items
-    assert len(jobs) == 2 and all(j.status.value == "CANCELLED" for j in jobs)
+    assert len(jobs) == 1 and all(j.status.value == "CANCELLED" for j in jobs)
 
 
 def test_llm_budget_stops_the_loop(study_home: Path, tmp_path: Path, llm_server: Any) -> None:
@@ -153,13 +155,19 @@ def test_llm_budget_stops_the_loop(study_home: Path, tmp_path: Path, llm_server:
             proposer={"type": "llm", "base_url": llm_server.anthropic_url},
         )
     )
-    llm_server.anthropic_tool([{"diff": {"x": 0.3, "y": 0.6}, "rationale": "the sweet spot"}])
+    # the baseline runs alone (issue 38.2); then one round fills both slots
+    llm_server.anthropic_tool(
+        [
+            {"diff": {"x": 0.3, "y": 0.6}, "rationale": "the sweet spot"},
+            {"diff": {"x": 0.2, "y": 0.5}, "rationale": "near it"},
+        ]
+    )
     folder = tmp_path / "study"
     result = run_study(study, folder, poll_s=POLL_S)
     assert result.stop_reason == "budget:llm_usd"
     assert len(llm_server.requests) == 1
     st = replay(events(folder))
-    assert len(st.trials) == 2 and st.trials[1].source == "llm"
+    assert len(st.trials) == 3 and st.trials[1].source == st.trials[2].source == "llm"
     assert st.trials[1].rationale == "the sweet spot"
     assert st.llm_usd == pytest.approx((1000 * 3 + 200 * 15) / 1e6)
     assert st.trials[1].decision == "keep"
@@ -321,8 +329,8 @@ def test_start_and_stop_study_in_the_background(study_home: Path, tmp_path: Path
     )
     started = start_study(data, folder, poll_s=POLL_S)
     assert started["state"] == "running" and started["pid"]
-    wait_until(lambda: len(events(folder, "job_started")) >= 2, timeout_s=60)
-    assert get_study(folder)["trials"]["running"] == 2
+    wait_until(lambda: len(events(folder, "job_started")) >= 1, timeout_s=60)
+    assert get_study(folder)["trials"]["running"] == 1  # the baseline runs alone (38.2)
     stopped = stop_study(folder, reason="enough for today")
     assert stopped["state"] == "finished" and stopped["stop_reason"] == "stop-request"
     assert stopped["stop_detail"] == "enough for today"  # the reason reaches get_study

@@ -180,7 +180,7 @@ def test_a_trial_error_line_with_brackets_prints_as_it_is(study_home: Path, tmp_
     study_file.write_text(yaml.safe_dump(data))
     folder = tmp_path / "study"
     res = _cli_run(str(study_file), "--dir", str(folder), "--poll-s", "0.2", timeout_s=180)
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 3, res.stderr[-3000:]  # the study failed (its baseline did)
     assert f"RuntimeError: {line}" in res.stderr  # the loop's progress line, verbatim
     st = replay(Journal(folder).read())
     assert st.trials[0].status == TrialStatus.FAILED and line in (st.trials[0].failure or "")

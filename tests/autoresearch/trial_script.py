@@ -3,7 +3,8 @@ records its own start and end times so that tests can check concurrency from the
 
 Config: x, y (the loss is (x-0.3)^2 + (y-0.6)^2 plus noise*seed jitter), steps, sleep_s per
 step, log ("summary": only the closing `---` block; "mlflow": every step too), stamp_dir,
-await_peer (with stamp_dir: hold until another run is live beside this one, see await_peer),
+await_peer (with stamp_dir: hold until another run is live beside this one, see await_peer;
+not the run whose x is free_x: the baseline, which runs alone),
 metric (the objective's name), fail (raise; fail_message: the error's text), noise,
 hang_once (a marker file: the first run to create it prints "up" and sleeps a minute),
 hang_when_x (a run whose x is this value goes silent and never ends: no output, no metric),
@@ -46,8 +47,9 @@ def main() -> None:
     job = os.environ.get("AIR_JOB_ID", "local")
     if stamp_dir:
         Path(stamp_dir, f"{job}.start").write_text(json.dumps({"t": started, **cfg}))
-        if cfg.get("await_peer"):
-            await_peer(Path(stamp_dir), job)
+        x_here = float(cfg.get("x", 0.0))
+        if cfg.get("await_peer") and x_here != float(cfg.get("free_x", "nan")):
+            await_peer(Path(stamp_dir), job)  # the baseline (free_x) runs before any peer
     hang_once = cfg.get("hang_once")
     if hang_once and not Path(hang_once).exists():
         Path(hang_once).write_text(job)

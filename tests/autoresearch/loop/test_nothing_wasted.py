@@ -59,12 +59,14 @@ def _no_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIR_SANDBOX", "off")
 
 
-def test_failing_baseline_stops_the_study_at_once(study_home: Path, tmp_path: Path) -> None:
-    study = study_of(tmp_path, FAILS, budget={"trials": 8, "concurrency": 2})
+def test_failing_baseline_stops_the_study_before_any_trial(
+    study_home: Path, tmp_path: Path
+) -> None:
+    study = study_of(tmp_path, FAILS, budget={"trials": 8, "concurrency": 4})
     folder = tmp_path / "study"
     result, said = run(study, folder)
     assert result.stop_reason == "baseline-failed"
-    assert len(result.state.trials) <= 2  # the one launched beside it at most: none after it
+    assert sorted(result.state.trials) == [0]  # no trial beside it, none after it
     assert "Read-only file system" in said and "check [baseline-failed]" in said
     summary = get_study(folder)
     assert summary["state"] == "failed"
