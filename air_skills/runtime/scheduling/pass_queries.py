@@ -37,28 +37,75 @@ def queued_job(c: sqlite3.Connection, job_id: str) -> list[sqlite3.Row]:
     ).fetchall()
 
 
-def queued(c: sqlite3.Connection, window: int | None) -> list[sqlite3.Row]:
-    """The queue, or (``window``) its head by priority then age, plus the head of CPU jobs."""
-    if window is None:
-        return c.execute(
-            f"SELECT {PASS_COLUMNS} FROM jobs WHERE status='QUEUED' AND backend='local'"
-            " ORDER BY seq"
-        ).fetchall()
+def queued(
+    c: sqlite3.Connection, window: int, free_gpus: int = 0, per_project: bool = False
+) -> list[sqlite3.Row]:
+    """The head of the queue by priority then age (``window`` jobs), and past it the head of
+    each resource shape that can start now: CPU jobs, and each GPU count up to ``free_gpus``
+    (the idle GPUs); with ``per_project`` (quotas) the head of each project's queue too.
+
+    Each is an index range (jobs_queue, jobs_queue_shape, jobs_queue_project), so a pass costs
+    the same at 100 or 10,000 queued jobs (issue 41.4), while a job that fits the idle GPUs is
+    seen however deep it waits behind jobs that do not fit.
+    """
     head = c.execute(
         f"SELECT {PASS_COLUMNS} FROM jobs INDEXED BY jobs_queue"
         " WHERE status='QUEUED' AND backend='local' ORDER BY priority DESC, seq LIMIT ?",
         (window,),
     ).fetchall()
-    if len(head) == window:
-        # CPU jobs deeper in the queue still get free CPU slots (they never wait for GPUs).
-        seen = {r["seq"] for r in head}
-        cpu = c.execute(
-            f"SELECT {PASS_COLUMNS} FROM jobs INDEXED BY jobs_queue_cpu WHERE status='QUEUED'"
-            " AND gpus_requested=0 AND backend='local' ORDER BY priority DESC, seq LIMIT ?",
-            (window,),
+    if len(head) < window:  # the whole queue is in view
+        return head
+    seen = {r["seq"] for r in head}
+    extra: list[sqlite3.Row] = []
+    for shape in [0, *(s for s in queued_shapes(c, free_gpus) if s > 0)]:
+        extra += c.execute(
+            f"SELECT {PASS_COLUMNS} FROM jobs INDEXED BY jobs_queue_shape WHERE status='QUEUED'"
+            " AND gpus_requested=? AND backend='local' ORDER BY priority DESC, seq LIMIT ?",
+            (shape, window),
         ).fetchall()
-        head += [r for r in cpu if r["seq"] not in seen]
+    if per_project:
+        for project in queued_projects(c):
+            extra += c.execute(
+                f"SELECT {PASS_COLUMNS} FROM jobs INDEXED BY jobs_queue_project"
+                " WHERE status='QUEUED' AND project=? AND backend='local'"
+                " ORDER BY priority DESC, seq LIMIT ?",
+                (project, window),
+            ).fetchall()
+    for row in extra:
+        if row["seq"] not in seen:
+            seen.add(row["seq"])
+            head.append(row)
     return sorted(head, key=lambda r: r["seq"])
+
+
+def queued_shapes(c: sqlite3.Connection, most: int) -> list[int]:
+    """The distinct GPU counts of queued jobs, up to ``most``: one index seek each."""
+    shapes: list[int] = []
+    last = -1
+    while True:
+        row = c.execute(
+            "SELECT gpus_requested FROM jobs INDEXED BY jobs_queue_shape WHERE status='QUEUED'"
+            " AND gpus_requested > ? ORDER BY gpus_requested LIMIT 1",
+            (last,),
+        ).fetchone()
+        if row is None or row[0] > most:
+            return shapes
+        last = row[0]
+        shapes.append(last)
+
+
+def queued_projects(c: sqlite3.Connection) -> list[str]:
+    """The distinct projects of queued jobs: one index seek each."""
+    projects: list[str] = []
+    while True:
+        row = c.execute(
+            "SELECT project FROM jobs INDEXED BY jobs_queue_project WHERE status='QUEUED'"
+            " AND project > ? ORDER BY project LIMIT 1",
+            (projects[-1] if projects else "",),
+        ).fetchone()
+        if row is None:
+            return projects
+        projects.append(row[0])
 
 
 def cpu_job_queued(c: sqlite3.Connection) -> bool:

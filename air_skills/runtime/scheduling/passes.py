@@ -174,8 +174,11 @@ def run_pass(
         if new_job is not None:
             queued_rows = q.queued_job(c, new_job)
     else:
-        # With quotas every project's place in the queue matters: the pass reads all of it.
-        queued_rows = q.queued(c, None if quotas else queue_window(len(gpus)))
+        # The head, and past it what fits the idle GPUs; with quotas each project's head
+        # (its place in its own queue decides what is within its quota): never all of it.
+        held = {g for r in running_rows for g in json.loads(r["gpus"])}
+        idle = sum(1 for g in gpus if g not in held)
+        queued_rows = q.queued(c, queue_window(len(gpus)), idle, per_project=bool(quotas))
     if not queued_rows and (busy or not running_rows):
         return result
     inv = Inventory(

@@ -55,6 +55,12 @@ CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs(priority DESC, seq) WHERE status='QUEUED';
 CREATE INDEX IF NOT EXISTS jobs_queue_cpu ON jobs(priority DESC, seq)
     WHERE status='QUEUED' AND gpus_requested=0;
+-- ... and the head of each resource shape (GPUs per job) and of each project's queue: what can
+-- start in the idle GPUs, and each quota's own jobs, found through index ranges (issue 41.4).
+CREATE INDEX IF NOT EXISTS jobs_queue_shape ON jobs(gpus_requested, priority DESC, seq)
+    WHERE status='QUEUED';
+CREATE INDEX IF NOT EXISTS jobs_queue_project ON jobs(project, priority DESC, seq)
+    WHERE status='QUEUED';
 -- Learned run-time estimates (runtime/store/estimates.py) read a class's latest successes.
 CREATE INDEX IF NOT EXISTS jobs_class_done ON jobs(job_class, ended_at DESC)
     WHERE status='SUCCEEDED';
@@ -177,7 +183,7 @@ CREATE INDEX IF NOT EXISTS results_latest ON results(key, latest_value, seq);
 
 
 RUN_KEYS_SINCE = 9  # the version that added jobs.run_key (store/dedup.py)
-SCHEMA_VERSION = 15  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 16  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

@@ -117,6 +117,45 @@ def test_cpu_job_beyond_the_queue_window_still_gets_a_free_slot(
     assert [i.status for i in infos] == [JobStatus.SUCCEEDED] * 3  # deeper ones too, in turn
 
 
+def test_a_gpu_job_beyond_the_queue_window_fits_the_idle_gpus(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41.4: the pass reads the head of each GPU count that fits the idle GPUs, so a
+    1-GPU job deep in the queue starts beside a blocker while 2-GPU jobs ahead cannot."""
+    monkeypatch.setenv("AIR_SIMULATED_GPUS", "3")
+    monkeypatch.setenv("AIR_QUEUE_WINDOW", "2")
+    monkeypatch.setenv("AIR_STARVATION_S", "600")  # no head reserves the idle GPU meanwhile
+    blocker = client.launch(spec([PY, "-c", SLEEPER], gpus=2))
+    ahead = [client.launch(spec([PY, "-c", "pass"], gpus=2)) for _ in range(3)]
+    deep = client.launch(spec([PY, "-c", "pass"], gpus=1))
+    assert client.wait([deep.job_id], timeout_s=30)[0].status == JobStatus.SUCCEEDED
+    assert [client.get(i.job_id).status for i in ahead] == [JobStatus.QUEUED] * 3
+    client.cancel(blocker.job_id)
+    infos = client.wait([i.job_id for i in ahead], timeout_s=60, any=False)
+    assert [i.status for i in infos] == [JobStatus.SUCCEEDED] * 3
+
+
+def test_a_quota_reclaims_for_a_job_beyond_the_queue_window(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With quotas the pass reads each project's head, not the whole queue (issue 41.4): B's
+    one job, queued behind more of A's than the window holds, still reclaims its quota."""
+    from air_skills.quotas import set_quota
+
+    monkeypatch.setenv("AIR_SIMULATED_GPUS", "4")
+    monkeypatch.setenv("AIR_QUEUE_WINDOW", "2")
+    set_quota(client.store, "A", 2)
+    set_quota(client.store, "B", 2)
+    a = [
+        client.launch(spec([PY, "-c", SLEEPER], gpus=1, project="A")).job_id for _ in range(7)
+    ]  # four run (two borrow B's GPUs), three wait
+    wait_until(lambda: sum(client.get(j).status == JobStatus.RUNNING for j in a) == 4)
+    b = client.launch(spec([PY, "-c", SLEEPER], gpus=1, project="B")).job_id
+    wait_until(lambda: client.get(b).status == JobStatus.RUNNING)
+    assert not client.get(b).borrowing
+    client.cancel_all()
+
+
 def idle_supervisors(client: Client) -> list[int]:
     return [r["pid"] for r in client.store.conn.execute("SELECT pid FROM idle_supervisors")]
 
