@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from air_skills.errors import InvalidInput
-from air_skills.models import JobSpec
-from air_skills.runtime.containers import container, engine_config
+from air_skills.runtime.containers import container
 from air_skills.runtime.containers.container import ContainerJob
 from air_skills.runtime.launch.prepare import LaunchContext, PreparedJob, discard_prepared
+
+if TYPE_CHECKING:
+    from air_skills.models import JobSpec
 
 
 def resolve_image(spec: JobSpec) -> tuple[JobSpec, ContainerJob | None]:
@@ -46,6 +49,8 @@ def attach_image(
         discard_prepared(rt, job)
         raise
     # The settings this engine needs here (a probe once per engine binary): recorded with it.
+    from air_skills.runtime.containers import engine_config
+
     setup = engine_config.setup_for(rt.home, image.engine, image.image_id)
     image = replace(image, fixes=setup.fixes, engine_env=setup.env)
     image.save(Path(job.jdir))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from air_skills.backends.base import already_finished
 from air_skills.backends.images import attach_image, image_tags, resolve_image
@@ -13,7 +14,6 @@ from air_skills.backends.sandboxing import resolve_sandbox
 from air_skills.errors import InsufficientGpus, NotFound
 from air_skills.gpu.providers import provider
 from air_skills.home import write_launch_env
-from air_skills.models import CodeInfo, JobInfo, JobSpec, JobStatus
 from air_skills.runtime.code.job_code import CodePlan, plan_code
 from air_skills.runtime.execution.job_env import launch_environment
 from air_skills.runtime.execution.sandbox import describe
@@ -33,7 +33,11 @@ from air_skills.runtime.launch.prepare import (
 from air_skills.runtime.runs.job_run import finish_unstarted
 from air_skills.runtime.scheduling import passes
 from air_skills.runtime.store.records import JobRecord
+from air_skills.status import JobStatus
 from air_skills.tracking.mlflow import tracking_uri
+
+if TYPE_CHECKING:  # pydantic's: a launch from a shell queues a SpecView without it
+    from air_skills.models import JobInfo, JobSpec
 
 
 class LocalBackend:
@@ -44,25 +48,31 @@ class LocalBackend:
 
     def launch(self, spec: JobSpec, dry_run: bool = False) -> JobInfo:
         """Queue the job and run a scheduling pass: it starts now if its GPUs are free."""
+        if not dry_run:
+            return row_to_info(self.queue(spec))
         store = self.runtime.store
         self._check_gpus(spec)
         spec = resolve_sandbox(spec, self.runtime.home)  # `on` without one: refused here
-        if dry_run:
-            # A key already used for another spec is refused now, as the launch would
-            # (a batch checks every item before queueing any: issue 39.2).
-            held = find_by_idempotency_key(
-                store, spec.idempotency_key, spec.model_dump(mode="json")
-            )
-            spec, _ = resolve_image(spec)
-            info = self._dry_run_info(spec, self._code(spec, store=False))
-            if held is not None:
-                info.message += f"; its idempotency key is {held.job_id}'s: that job, none new"
-            return info
+        # A key already used for another spec is refused now, as the launch would
+        # (a batch checks every item before queueing any: issue 39.2).
+        held = find_by_idempotency_key(store, spec.idempotency_key, spec.model_dump(mode="json"))
+        spec, _ = resolve_image(spec)
+        info = self._dry_run_info(spec, self._code(spec, store=False))
+        if held is not None:
+            info.message += f"; its idempotency key is {held.job_id}'s: that job, none new"
+        return info
+
+    def queue(self, spec: JobSpec) -> JobRecord:
+        """``launch`` without its reply model: the job's record as the reply shows it (a
+        JobSpec or a SpecView of models/spec_view.py: `air launch` from a shell)."""
+        store = self.runtime.store
+        self._check_gpus(spec)
+        spec = resolve_sandbox(spec, self.runtime.home)  # `on` without one: refused here
         existing = find_by_idempotency_key(
             store, spec.idempotency_key, spec.model_dump(mode="json")
         )  # the same spec: its job; a different one: idempotency-conflict
         if existing is not None:
-            return row_to_info(existing)
+            return existing
         spec, image = resolve_image(spec)  # its ID now: an unknown image is refused here
         code = self._code(spec)  # snapshot and patch checked: a refusal leaves nothing behind
         precheck(store, spec, code.snapshot.digest if code else None)  # a duplicate: nothing made
@@ -113,9 +123,9 @@ class LocalBackend:
         # is discarded); another spec raised idempotency-conflict in queue, and `recording`
         # discarded ours and rolled back the spare run it claimed.
         if decided is None:
-            return self._info(got)
+            return self._reply_row(got)
         passes.act_on_pass(store, decided)
-        return self._info(job.job_id)
+        return self._reply_row(job.job_id)
 
     def cancel(self, record: JobRecord, reason: str, wait_s: float) -> JobInfo:
         """A queued job ends at once; a running one is stopped by its supervisor (SIGTERM,
@@ -171,11 +181,14 @@ class LocalBackend:
         """Nothing to do: the supervisor writes the job's log file as the job runs."""
 
     def _info(self, job_id: str) -> JobInfo:
+        return row_to_info(self._reply_row(job_id))
+
+    def _reply_row(self, job_id: str) -> JobRecord:
         self.reconcile()
         row = self.runtime.store.row(job_id)
         if row is None:  # records are never deleted; this is a broken AIR_HOME
             raise NotFound(f"no job {job_id!r}", hint="list jobs with `air ls`", job_id=job_id)
-        return row_to_info(row)
+        return row
 
     def _wait_ended(self, job_id: str, wait_s: float) -> None:
         """Poll until the job is terminal or ``wait_s`` has passed (the supervisor ends it)."""
@@ -210,6 +223,8 @@ class LocalBackend:
         return plan_code(self.runtime.home, spec.workdir, spec.patch, store=store)
 
     def _dry_run_info(self, spec: JobSpec, code: CodePlan | None) -> JobInfo:
+        from air_skills.models import CodeInfo, JobInfo
+
         free = len(passes.schedulable_gpus(self.runtime.store))
         what = code.summary() if code is not None else "live code (no snapshot)"
         assert spec.workdir is not None  # Client resolves it

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from air_skills import settings
 from air_skills.errors import BackendUnavailable, InvalidInput
-from air_skills.models import JobSpec
 from air_skills.runtime.execution import sandbox
+
+if TYPE_CHECKING:
+    from air_skills.models import JobSpec
 
 REASON_TAG = "air.sandbox"
 

@@ -2,34 +2,36 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from air_skills import settings
 from air_skills.backends.base import Backend, backend
 from air_skills.backends.info import row_to_info
 from air_skills.client.batches import BatchMixin
 from air_skills.client.identities import IdentityMixin
+from air_skills.client.launching import LaunchMixin
 from air_skills.client.pool import PoolMixin
 from air_skills.client.results import ResultsMixin
-from air_skills.errors import AirError, InvalidInput, InvalidSpec, InvalidState, NotFound
-from air_skills.models import JobInfo, JobSpec, JobStatus, Page
+from air_skills.errors import InvalidInput, InvalidState, NotFound
 from air_skills.polling import backoff
-from air_skills.runtime.launch import duplicates
-from air_skills.runtime.launch.launch_check import check_command, refuse
 from air_skills.runtime.launch.orphans import sweep_orphans
-from air_skills.runtime.launch.prepare import LaunchContext, check_reserve
+from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.store.identities import Identity
 from air_skills.runtime.store.job_ids import resolve_job_id
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision.stall_words import say_stalled, stalls_since
+from air_skills.status import JobStatus
 from air_skills.vocabulary import Direction
+
+if TYPE_CHECKING:  # pydantic's models: imported where one is made (a launch from a shell
+    # checks its spec without them: launch_view)
+    from air_skills.models import JobInfo, Page
 
 # A cancelled job is ended by its supervisor: SIGTERM, AIR_GRACE_S, then its record, written
 # after the MLflow run's end (it waits up to 60 s for MLflow's import: slow on a loaded machine).
@@ -37,18 +39,7 @@ from air_skills.vocabulary import Direction
 STOP_WAIT_S = 90.0
 
 
-def _resolved(folder: str) -> Path:
-    """``folder`` made absolute, with ``~`` and symlinks expanded."""
-    return _real_path(os.path.abspath(os.path.expanduser(folder)))
-
-
-@functools.lru_cache(maxsize=64)
-def _real_path(absolute: str) -> Path:
-    # One lstat per part of the path: cached, as one process mostly launches from one folder.
-    return Path(absolute).resolve()
-
-
-class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
+class Client(LaunchMixin, IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
     """Launch, watch, read and cancel jobs. Safe to share between threads."""
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
@@ -68,6 +59,7 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
         another home's database is moved aside first. Opens no Client: it repairs a home
         whose database is refused. ``dry_run``: say what it would do, change nothing."""
         from air_skills.home import default_home, ensure_home
+        from air_skills.models import JobSpec
         from air_skills.runtime.store.rebuild import rebuild
 
         where = ensure_home(Path(home).expanduser() if home else default_home()).resolve()
@@ -105,102 +97,6 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
         """The backend registered as ``name`` (``local``, ``ray``, ...), over this home."""
         return backend(name, self.runtime)
 
-    # --- launching ----------------------------------------------------------------------------
-
-    def launch(
-        self, spec: JobSpec | dict[str, Any], dry_run: bool = False, *, strict: bool = False
-    ) -> JobInfo:
-        """Queue a job and start it if GPUs are free; returns as soon as it is queued/started.
-
-        With ``dry_run`` nothing is recorded: the returned info says what would happen, and
-        whether the command would start (its executable on the job's PATH, a script argument
-        in the workdir); with ``strict`` too, a command that would not start is refused
-        (``invalid-spec``). A real launch refuses it too, nothing queued, unless the spec says
-        ``check_command: false`` (a job that creates its script at run time).
-        """
-        return self._launch(spec, dry_run, strict=strict)
-
-    def _launch(
-        self,
-        spec: JobSpec | dict[str, Any],
-        dry_run: bool,
-        snapshot: Any = None,
-        strict: bool = False,
-        *,
-        batch: bool = False,
-    ) -> JobInfo:
-        spec = JobSpec.parse(spec)
-        if "backend" not in spec.model_fields_set and self.store.setting("backend"):
-            # AIR_HOME's default backend (python -m air_skills.backends.ray config --backend)
-            spec = spec.model_copy(update={"backend": self.store.setting("backend")})
-        spec = self._for_launcher(spec)
-        if spec.allow_duplicate is None:  # whether Store.queue refuses the same experiment
-            spec = spec.model_copy(update={"allow_duplicate": not self._dedup(batch)})
-        spec = self._resolve(spec)
-        spec = self._check_data(spec)  # refused data inputs: nothing is created
-        problems = check_command(spec, snapshot) if dry_run or spec.check_command else []
-        if problems and (strict or not dry_run):  # `pyhton`, `trian.py`: refused, none queued
-            raise refuse(problems, dry_run)
-        if not dry_run:  # under AIR_DISK_RESERVE_MB: refused before a snapshot is written
-            check_reserve(self.home)
-        try:
-            info = self.backend(spec.backend).launch(spec, dry_run=dry_run)
-        except AirError as exc:
-            if exc.code == "duplicate":  # its result, for the caller to read instead
-                duplicates.explain(exc, self.store, self.tracker)
-            raise
-        if problems:
-            info.message += "; WOULD NOT START: " + "; ".join(problems)
-        digest = info.code.digest if info.code else None
-        twice = duplicates.dry_run_note(self.store, spec, digest) if dry_run else None
-        info.message += f"; {twice}" if twice else ""
-        near = (
-            None
-            if dry_run
-            else duplicates.near_note(
-                self.store, info.job_id, float(settings.get("AIR_DEDUP_NEAR"))
-            )
-        )
-        if near:
-            info.message += "; " + near
-        if info.code is not None and not dry_run:
-            from air_skills.runtime.code.code_gc import maybe_collect
-
-            maybe_collect(self.home)  # old snapshots go, at most once a day (one stat else)
-        return info
-
-    def _dedup(self, batch: bool) -> bool:
-        """Whether a launch is refused as a duplicate of a queued, running or done job
-        (AIR_DEDUP: ``identities``, the default, checks air-mcp tokens' launches and batches
-        (launch_jobs, suggest_trials); ``always`` every launch; ``off`` none)."""
-        mode = settings.get("AIR_DEDUP")
-        if mode == "off":
-            return False
-        return mode == "always" or batch or self.identity is not None
-
-    def rerun(
-        self,
-        job_id: str,
-        config: dict[str, Any] | None = None,
-        patch: str | None = None,
-        dry_run: bool = False,
-        *,
-        strict: bool = False,
-    ) -> JobInfo:
-        """Launch ``job_id``'s stored snapshot (not the tree as it is now) and config again:
-        ``config`` keys over its config, ``patch`` instead of its patch, on the same base.
-        ``dry_run`` and ``strict`` as for ``launch``."""
-        from air_skills.runtime.code.code_source import load_job_code, rerun_snapshot, rerun_spec
-        from air_skills.runtime.code.job_code import pinned_snapshot
-
-        job_id = self.resolve_id(job_id)
-        row = self._row(job_id)
-        snapshot = rerun_snapshot(load_job_code(self.home, job_id, row.code))
-        spec = rerun_spec(self.home, job_id, row.spec_dict(), config, patch)
-        spec["allow_duplicate"] = True  # an explicit rerun is never a duplicate
-        with pinned_snapshot(snapshot):
-            return self._launch(spec, dry_run, snapshot, strict=strict)
-
     @property
     def code(self) -> Any:
         """Code-snapshot verbs: ``diff(a, b)``, ``patch(job)``, ``export(...)``, ``gc()``."""
@@ -227,28 +123,6 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
         report = self.code.gc(dry_run=dry_run)
         report["jobs"] = jobs
         return report
-
-    def _resolve(self, spec: JobSpec) -> JobSpec:
-        workdir = _resolved(spec.workdir or os.getcwd())
-        if not workdir.is_dir():
-            raise InvalidSpec(
-                f"workdir {workdir} does not exist",
-                hint="give an existing folder as workdir (default: the current one)",
-            )
-        updates: dict[str, Any] = {"workdir": str(workdir)}
-        if spec.project is None:
-            updates["project"] = spec.resolved_project()
-        return spec.model_copy(update=updates)
-
-    def _check_data(self, spec: JobSpec) -> JobSpec:
-        """Resolve data inputs under AIR_DATA_ROOTS and fingerprint them (real paths, digests)."""
-        if not spec.data:
-            return spec
-        from air_skills.models import DataInput
-        from air_skills.tracking.data import prepare_inputs
-
-        data = [DataInput(**d) for d in prepare_inputs(spec.data, self.home, spec.workdir)]
-        return spec.model_copy(update={"data": data})
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -329,6 +203,8 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
             limit=limit + 1,
             launched_by=launched_by,
         )
+        from air_skills.models import JobInfo, Page
+
         more = len(rows) > limit
         rows = rows[:limit]
         total = self.store.page_count(
@@ -397,6 +273,8 @@ class Client(IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
             config=dict(config or {}),
             study=study,
         )
+        from air_skills.models import JobInfo, Page
+
         board = results_index.leaderboard(
             self.store, metric, order_by, direction, where, limit, int(cursor or 0)
         )

@@ -7,11 +7,13 @@ import copy
 import functools
 import os
 from collections.abc import Iterable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from air_skills.models import JobSpec
 from air_skills.runtime.store.identities import Identity
 from air_skills.runtime.store.records import JobRecord
+
+if TYPE_CHECKING:
+    from air_skills.models import JobSpec
 
 
 @functools.lru_cache(maxsize=1)

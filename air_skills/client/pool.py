@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from air_skills.errors import InvalidInput, InvalidState, NotFound
 from air_skills.gpu.providers import provider
-from air_skills.models import GpuInfo, JobStatus
 from air_skills.runtime.scheduling import passes as local
+from air_skills.status import JobStatus
+
+if TYPE_CHECKING:
+    from air_skills.models import GpuInfo
 
 
 class PoolMixin:

@@ -3,13 +3,15 @@ comparisons."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from air_skills.errors import InvalidInput, NotFound
-from air_skills.models import LogChunk, Metrics
 from air_skills.runtime.results.log_read import BadOffset, read_log
 from air_skills.runtime.results.log_search import BadPattern, LogSearch, search_log
 from air_skills.vocabulary import Direction
+
+if TYPE_CHECKING:
+    from air_skills.models import LogChunk, Metrics
 
 
 class ResultsMixin:
@@ -74,6 +76,8 @@ class ResultsMixin:
             part = read_log(row.log_path, tail, offset)
         except BadOffset as exc:
             raise InvalidInput(str(exc), hint="pass next_offset as given") from None
+        from air_skills.models import LogChunk
+
         return LogChunk(job_id=job_id, **vars(part))
 
     def metrics(
@@ -101,6 +105,8 @@ class ResultsMixin:
         hist = {}
         if history:
             hist = self.tracker.history(run_id, keys or sorted(latest), max_points, latest)
+        from air_skills.models import Metrics
+
         return Metrics(job_id=job_id, run_id=run_id, latest=latest, history=hist)
 
     def compare(

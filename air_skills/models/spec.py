@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import shlex
 import sys
 from typing import Any, Literal
 
@@ -23,32 +22,26 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from air_skills import settings
 from air_skills.errors import InvalidSpec, pydantic_problems
 from air_skills.models.config_json import json_problem
+from air_skills.models.spec_view import (
+    CONTROL_CHARS,
+    IMAGE_DIGEST_PATTERN,
+    IMAGE_PATTERN,
+    MAX_GPUS_PER_JOB,
+    procs_per_node,
+    resolved_project,
+    split_command,
+)
 from air_skills.vocabulary import NAME_PATTERN
 
-MAX_GPUS_PER_JOB = 1024
 Priority = Literal["low", "normal", "high"]
 FailureKind = Literal["user", "infra"]
 Backend = Literal["local", "ray", "slurm"]
 # Validation context for a spec read back from a record: checks of this machine are skipped.
 STORED = {"stored": True}
-# What a terminal obeys instead of showing: C0 and C1 controls (ESC starts an escape sequence),
-# DEL, and the bidi controls that reorder the text shown around them.
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # A Python interpreter's name: its gang runs torchrun under it (as runtime/gang.is_python says).
 _PYTHON = re.compile(r"^python[0-9.]*$")
-
-
-def split_command(value: Any) -> Any:
-    """A command given as one string becomes argv by shlex: it is never run by a shell."""
-    if isinstance(value, str):
-        try:
-            return shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"cannot split command: {exc}") from exc
-    return value
 
 
 def _refused(kind: str, problem: str) -> PydanticCustomError:
@@ -164,13 +157,13 @@ class JobSpec(_Strict):
     )
     image: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$",
+        pattern=IMAGE_PATTERN,
         description="a container image (e.g. localhost/train:1): the job runs in it (podman or"
         " docker, AIR_CONTAINER_ENGINE)",
     )
     image_digest: str | None = Field(
         default=None,
-        pattern=r"^(sha256:)?[0-9a-f]{8,64}$",
+        pattern=IMAGE_DIGEST_PATTERN,
         description="the image's ID, set at launch; given, the image must still have it",
     )
     sandbox: Literal["auto", "on", "off"] | None = Field(
@@ -302,7 +295,7 @@ class JobSpec(_Strict):
 
     def procs_per_node(self) -> int:
         """The number of processes on each node (``procs: gpu`` is one per GPU)."""
-        return self.gpus if self.procs == "gpu" else self.procs
+        return procs_per_node(self.gpus, self.procs)
 
     @model_validator(mode="after")
     def _patch_needs_snapshot(self) -> JobSpec:
@@ -337,4 +330,4 @@ class JobSpec(_Strict):
             raise ValueError("its spec: " + "; ".join(pydantic_problems(exc))) from None
 
     def resolved_project(self) -> str:
-        return self.project or settings.get("AIR_PROJECT") or "default"
+        return resolved_project(self.project)

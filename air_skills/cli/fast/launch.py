@@ -1,12 +1,12 @@
 """`air launch ... --json` without typer or rich (issue 23): for agents that launch from a shell.
 
 It reads the options `air launch` takes (cli/jobs.py), builds the spec with the same code
-(cli/launch_spec.py) and launches through the same ``Client.launch(spec, dry_run, strict=True)``,
-so the validation, the errors (code, message, ``Next:``), the dry run's checks, idempotency and
-the JSON reply are the typer command's. Anything it does not read exactly as click would (an
-unknown option, ``--opt=value``, a value that starts with ``-``, a number click would refuse,
-``--watch``, ``--seeds``, ``--grid``, ``--variants``, ``--help``) goes to the typer app, before
-anything is done.
+(cli/launch_spec.py) and launches through the same Client: ``launch_view`` for a spec plainly
+valid without pydantic (models/spec_view.py), else ``launch(spec, dry_run, strict=True)``; the
+same steps, errors (code, message, ``Next:``), idempotency and JSON reply as the typer command.
+Anything it does not read exactly as click would (an unknown option, ``--opt=value``, a value
+that starts with ``-``, a number click would refuse, ``--watch``, ``--seeds``, ``--grid``,
+``--variants``, ``--help``) goes to the typer app, before anything is done.
 """
 
 from __future__ import annotations
@@ -97,14 +97,21 @@ def answer(args: list[str]) -> int | None:
     from air_skills.cli.basics import client, emit_json, full_disk_named
     from air_skills.cli.launch_spec import launch_spec
     from air_skills.errors import AirError, render_json
+    from air_skills.models.spec_view import quick_spec
 
     positional, command, given = asked
     try:
         with full_disk_named():  # as cli/output.py's handle_errors does it
             settings.check_all()
             spec = launch_spec(positional, command, given)
-            # strict: a command that would not start is an invalid-spec error (cli/jobs.py)
-            info = client().launch(spec, dry_run=bool(given.get("dry_run")), strict=True)
+            dry_run = bool(given.get("dry_run"))
+            # A plainly valid spec is checked and queued without pydantic (models/spec_view.py)
+            view = None if dry_run else quick_spec(spec)
+            launcher = client()
+            info = launcher.launch_view(view) if view is not None else None
+            if info is None:
+                # strict: a command that would not start is an invalid-spec error (cli/jobs.py)
+                info = launcher.launch(spec, dry_run=dry_run, strict=True)
     except AirError as exc:
         sys.stdout.write(render_json(exc) + "\n")
         return exc.exit_code

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import InvalidSpec
-from air_skills.runtime.code.patch import apply_patch, check_layout
 from air_skills.runtime.code.snapshot import Snapshot, build_view, dirty_diff, take_snapshot
 from air_skills.runtime.code.snapshot_store import code_root, read_blob
 
@@ -128,6 +127,8 @@ def plan_code(home: Path, workdir: str, patch: str | None, store: bool = True) -
             snap.view, snap.view_files = None, frozenset()  # the plan owns it now
             weakref.finalize(plan, shutil.rmtree, str(plan.staged), ignore_errors=True)
         if patch is not None:
+            from air_skills.runtime.code.patch import apply_patch, check_layout
+
             plan.overrides = apply_patch(patch, _reader(home, snap))
             check_layout(plan.overrides, snap.manifest["files"], snap.manifest["symlinks"])
     except BaseException:

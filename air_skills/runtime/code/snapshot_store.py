@@ -17,7 +17,6 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +45,8 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return [fn(x) for x in items]
     size = -(-len(items) // (WORKERS * BATCHES_PER_WORKER))
     batches = [items[i : i + size] for i in range(0, len(items), size)]
+    from concurrent.futures import ThreadPoolExecutor  # with logging: not for a small tree
+
     with ThreadPoolExecutor(WORKERS) as pool:
         done = pool.map(lambda batch: [fn(x) for x in batch], batches)
         return [r for batch in done for r in batch]

@@ -8,7 +8,6 @@ creates its script at run time). Stdlib only.
 
 from __future__ import annotations
 
-import difflib
 import os
 import posixpath
 import re
@@ -202,6 +201,8 @@ def _names(folder: Path) -> Iterator[str]:
 
 
 def _did_you_mean(name: str, candidates: Iterator[str]) -> str:
+    import difflib  # a missing program only
+
     close = difflib.get_close_matches(name, list(dict.fromkeys(candidates)), n=1, cutoff=0.7)
     return f"; did you mean {close[0]}?" if close else ""
 

@@ -157,6 +157,37 @@ def test_fast_launch_imports_neither_typer_nor_rich(air_home: Path, tmp_path: Pa
     assert done.returncode == 0, done.stderr
 
 
+def test_a_plain_launch_imports_no_pydantic(
+    air_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`air launch --json -- CMD` (models/spec_view.py's check, Client.launch_view) queues the
+    job as the typer path does, without pydantic; a spec the view is not sure of takes the
+    pydantic path, and a retry with its key through that path finds the same spec."""
+    (tmp_path / "t.py").write_text("print('hi')\n")
+    probe = (
+        "import json, sys\n"
+        "from air_skills.cli.fast import answer\n"
+        "args = ['launch', '--json', '--idempotency-key', 'k', '--set', 'lr=0.1', '--',"
+        " sys.executable, 't.py']\n"
+        "assert answer(args) == 0\n"
+        "heavy = [m for m in ('typer', 'rich', 'pydantic', 'mlflow') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr); sys.exit(1 if heavy else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    again = ["launch", "--idempotency-key", "k", "--set", "lr=0.1", "--json", "--"]
+    monkeypatch.chdir(tmp_path)  # the typer path resolves the same folder
+    fast, typer = _both(tmp_path, *again, sys.executable, "t.py")
+    assert fast.returncode == typer.exit_code == 0, (fast.stdout, typer.stdout)
+    assert json.loads(typer.stdout)["job_id"] == json.loads(fast.stdout)["job_id"] == job["job_id"]
+    client = Client(air_home)
+    assert client.store.row(job["job_id"]).spec_dict()["config"] == {"lr": 0.1}
+    client.wait([job["job_id"]], timeout_s=120)
+
+
 def test_fast_launch_reads_every_option_of_the_typer_command_by_its_name() -> None:
     """Each option of `air launch` is read by the fast path under its parameter name, or
     left to typer (--watch, --seeds, --seed-key, --grid, --help): the two never drift."""
