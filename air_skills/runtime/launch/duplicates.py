@@ -8,6 +8,9 @@ launch, the closest job that differs only in numbers (a warning, not a refusal).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from air_skills.errors import AirError
@@ -48,12 +51,22 @@ def explain(exc: AirError, store: Store, tracker: Any) -> None:
 
 def near_note(store: Store, job_id: str, within: float) -> str | None:
     """A warning naming the closest queued, running or done job whose config differs from
-    ``job_id``'s only in numbers, each within ``within`` (relative); None when there is none."""
+    ``job_id``'s only in numbers, each within ``within`` (relative); None when there is none.
+    Inside ``one_call``, the jobs before this one are those the call found plus the ones it
+    launched (one read per kind of job, not one per launch)."""
     row = store.row(job_id)
     if row is None or row.near_key is None or within <= 0:
         return None
     config = json.loads(row.spec).get("config") or {}
-    found = dedup.nearest(store.conn, row.near_key, config, within, exclude=job_id)
+    call = _CALL.get()
+    if call is None:
+        found = dedup.nearest(store.conn, row.near_key, config, within, exclude=job_id)
+    else:
+        if row.near_key not in call:  # what was there before the call, newest first
+            call[row.near_key] = dedup.candidates(store.conn, row.near_key, job_id)
+        before = call[row.near_key]
+        found = dedup.closest(before[: dedup.NEAR_CANDIDATES], config, within)
+        before.insert(0, (job_id, row.status, dedup.numbers(config)))
     if found is None:
         return None
     other, distance, status = found
@@ -63,6 +76,23 @@ def near_note(store: Store, job_id: str, within: float) -> str | None:
         f"NEAR-DUPLICATE of {other} ({status}): every number in the config within"
         f" {distance:.1%} of it (AIR_DEDUP_NEAR={within:g}); read its result first"
     )
+
+
+# {near_key: the candidates, newest first} of the launches of one call (``one_call``)
+_CALL: ContextVar[dict[str, list[dedup.Candidate]] | None] = ContextVar("near_call", default=None)
+
+
+@contextmanager
+def one_call() -> Iterator[None]:
+    """The launches of one call (a sweep of 1,000, a launch_jobs batch) checked for near
+    duplicates together: the jobs that were there when the call began (their status as it
+    was then) and the call's own launches so far, newest first, as each launch alone would
+    see them; without it a sweep read up to NEAR_CANDIDATES jobs per item."""
+    token = _CALL.set({})
+    try:
+        yield
+    finally:
+        _CALL.reset(token)
 
 
 def precheck(store: Store, spec: Any, code_digest: str | None) -> None:

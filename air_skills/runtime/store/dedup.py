@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from air_skills.errors import InvalidState
@@ -134,6 +134,14 @@ def nearest(
 ) -> tuple[str, float, str] | None:
     """(job_id, distance, status) of the closest queued, running or succeeded job that
     differs from ``config`` only in numbers, each within ``within`` (relative); else None."""
+    return closest(candidates(c, near_key, exclude), config, within)
+
+
+Candidate = tuple[str, str, dict[str, float]]  # (job_id, status, its config's numbers)
+
+
+def candidates(c: sqlite3.Connection, near_key: str, exclude: str | None) -> list[Candidate]:
+    """The newest NEAR_CANDIDATES queued, running or succeeded jobs with ``near_key``."""
     marks = ",".join("?" * len(ALIVE_OR_DONE))
     rows = c.execute(
         f"SELECT job_id, status FROM jobs WHERE near_key=?"
@@ -151,13 +159,23 @@ def nearest(
             unseen,
         ).fetchall()
         for job_id, text in found:
-            _NUMBERS_SEEN[job_id] = dict(_numbers(json.loads(text) if text else {}))
-    mine = dict(_numbers(config))
+            _NUMBERS_SEEN[job_id] = numbers(json.loads(text) if text else {})
+    # one gone since (a gc) has nothing to compare
+    return [(j, st, _NUMBERS_SEEN[j]) for j, st in rows if j in _NUMBERS_SEEN]
+
+
+def numbers(config: Any) -> dict[str, float]:
+    """{dotted path: value} of a config's numbers."""
+    return dict(_numbers(config))
+
+
+def closest(
+    found: Iterable[Candidate], config: Mapping[str, Any], within: float
+) -> tuple[str, float, str] | None:
+    """(job_id, distance, status) of the closest of ``found`` within ``within``; else None."""
+    mine = numbers(config)
     best: tuple[str, float, str] | None = None
-    for job_id, status in rows:
-        theirs = _NUMBERS_SEEN.get(job_id)
-        if theirs is None:  # gone since (a gc): nothing to compare
-            continue
+    for job_id, status, theirs in found:
         d = _distance(mine, theirs)
         if d <= within and (best is None or d < best[1]):
             best = (job_id, d, status)

@@ -159,3 +159,29 @@ def test_the_jobs_of_an_older_home_are_checked_too(client: Client, tmp_path: Pat
     with pytest.raises(AirError) as refused:
         agent(reopened).launch(spec(tmp_path, SUMMARY, config={"lr": 0.1}))
     assert refused.value.context["job_id"] == old.job_id
+
+
+def test_a_batch_names_the_same_near_duplicates_as_launches_one_by_one(
+    client: Client, tmp_path: Path
+) -> None:
+    """launch_many reads the jobs before it once per kind (duplicates.one_call) and adds its
+    own launches as it goes: each item's note names the job a launch of its own would name, a
+    job from before the call or an earlier item, never a later one."""
+    (tmp_path / "train.py").write_text(HOLD)
+    item = {"command": [PY, "train.py"], "workdir": str(tmp_path), "gpus": 0}
+    lrs = [0.3, 0.101, 0.5, 0.302, 0.1015, 0.9]
+    named: dict[str, list[str | None]] = {}
+    for opt in ("adam", "sgd"):
+        base = client.launch({**item, "config": {"lr": 0.1, "opt": opt}})
+        items = [{**item, "config": {"lr": lr, "opt": opt}} for lr in lrs]
+        if opt == "adam":
+            infos = client.launch_many(items)
+        else:
+            infos = [client.launch(i) for i in items]
+        label = {base.job_id: "base", **{info.job_id: f"item{n}" for n, info in enumerate(infos)}}
+        named[opt] = [
+            next((label[w] for w in label if f"NEAR-DUPLICATE of {w}" in i.message), None)
+            for i in infos
+        ]
+    assert named["adam"] == [None, "base", None, "item0", "item1", None], named
+    assert named["adam"] == named["sgd"]
