@@ -3,11 +3,13 @@ and launches on another job's code."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from air_skills.errors import AirError
-from air_skills.models import JobInfo, JobSpec
 from air_skills.vocabulary import Direction
+
+if TYPE_CHECKING:
+    from air_skills.models import JobInfo, JobSpec
 
 
 class BatchMixin:
@@ -59,6 +61,8 @@ class BatchMixin:
         live = any(isinstance(s, dict) and s.get("code") == "live" for s in specs)
         if dry_run or live or len(specs) < 2 or len(folders) != 1:
             return contextlib.nullcontext()
+        from air_skills.models import JobSpec
+
         folder = self._resolve(JobSpec.parse(specs[0])).workdir
         assert folder is not None  # _resolve sets it
         return pinned_snapshot(take_snapshot(self.home, folder, store=True))
@@ -165,6 +169,8 @@ class BatchMixin:
 
         row = self._row(job_id)
         snapshot = rerun_snapshot(load_job_code(self.home, row.job_id, row.code))
+        from air_skills.models import JobSpec
+
         spec = JobSpec.parse(spec)
         if spec.patch is None and row.spec_dict().get("patch"):
             spec = spec.model_copy(update={"patch": row.spec_dict()["patch"]})
