@@ -72,11 +72,11 @@ def _trial_brief(t: Any) -> dict[str, Any]:
         "source": t.source,
         "decision": _decision(t),
         "cost_usd": trial_cost(t)["usd"],
-        "outputs": _outputs(t),
+        "outputs": trial_outputs(t),
     }
 
 
-def _outputs(t: Any) -> list[str]:
+def trial_outputs(t: Any) -> list[str]:
     """The trial job's checkpoint folder and what it wrote in its code view (./runs, ...)."""
     if not t.job_id:
         return []
@@ -213,7 +213,7 @@ def summarize(study_dir: Path, study: Study, state: StudyState) -> dict[str, Any
         else {
             **best_fields(state, best),
             "reason": best.rationale[:300] or best.source,
-            "outputs": _outputs(best),  # its checkpoint folder: where the winner's weights are
+            "outputs": trial_outputs(best),  # its checkpoint folder: where the winner's weights are
             **best_code(study_dir, state),
         },
         # the lowest single value seen, when another trial's than the kept best's, and why

@@ -103,6 +103,14 @@ def build_app(
             )
         return _json(got)
 
+    def outputs(request: Request) -> Response:
+        key, n = request.path_params["key"], request.path_params["n"]
+        got = index.outputs(key, n)
+        if got is None:
+            hint = f"GET /api/studies/{key} lists its trials"
+            return _error(NotFound(f"no trial {n} in study {key!r}", hint=hint), 404)
+        return _json(got)
+
     async def stop(request: Request) -> Response:
         if not can_stop:
             exc = InvalidState(
@@ -134,6 +142,7 @@ def build_app(
         Route("/api/studies/{key}", study),
         Route("/api/studies/{key}/events", events),
         Route("/api/studies/{key}/trials/{n:int}/patch", patch),
+        Route("/api/studies/{key}/trials/{n:int}/outputs", outputs),
         Route("/api/studies/{key}/stop", stop, methods=["POST"]),
     ]
     how_to = "open the URL `autoresearch serve` printed (it carries ?token=...)"

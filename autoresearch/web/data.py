@@ -23,7 +23,7 @@ from autoresearch.journal.tail import JournalTail
 from autoresearch.report.cost import Pricing, study_cost
 from autoresearch.report.hardware import hardware_note
 from autoresearch.report.report import best_so_far, study_of
-from autoresearch.report.summary import summarize
+from autoresearch.report.summary import summarize, trial_outputs
 from autoresearch.study.folder import loop_alive
 from autoresearch.study.study import STUDIES_DIR, Study
 from autoresearch.web.first import FIRST, first_static
@@ -236,6 +236,15 @@ class StudyIndex:
             "patch": t.patch or "",
             "chain": "\n".join(chain_of(state.trials, trial)),
         }
+
+    def outputs(self, key: str, trial: int) -> dict[str, Any] | None:
+        """Where trial ``trial``'s job wrote (its checkpoint folder, ./checkpoints, ./runs, ...):
+        asked when the trial is opened, never in the view (a few lstat calls per trial)."""
+        folder = self.folder_of(key)
+        t = None if folder is None else self.load(folder)[1].trials.get(trial)
+        if t is None:
+            return None
+        return {"trial": trial, "job_id": t.job_id, "outputs": trial_outputs(t)}
 
     # --- live data from the runtime ---------------------------------------------------------
 

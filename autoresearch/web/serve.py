@@ -10,6 +10,7 @@ from typing import Any
 
 from air_skills.errors import InvalidInput
 from air_skills.web_guard import is_loopback, new_token
+from autoresearch.report.summary import trial_outputs
 from autoresearch.web.app import build_app
 from autoresearch.web.data import StudyIndex, study_view
 from autoresearch.web.page import page_html
@@ -139,7 +140,9 @@ def write_html(study_dir: Path | str, out: Path | str | None = None) -> Path:
     study, state = load_state(folder)
     view = study_view(study.name, folder, study, state)
     patches = {t.number: t.patch for t in state.trials.values() if t.patch}
-    config = {"mode": "file", "canStop": False, "inline": {"study": view, "patches": patches}}
+    outputs = {t.number: o for t in state.trials.values() if (o := trial_outputs(t))}
+    inline = {"study": view, "patches": patches, "outputs": outputs}
+    config = {"mode": "file", "canStop": False, "inline": inline}
     path = Path(out) if out else folder / HTML_REPORT
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(page_html(config, title=f"{study.name}: study report"), encoding="utf-8")

@@ -231,6 +231,10 @@
     }
   }
 
+  // a trial's patch or outputs, asked when it is opened (a file has them inline)
+  const part = (n, k, inline) => AIR.mode === "file" ? { [k]: (AIR.inline[inline] || {})[n] }
+    : getJSON(`/api/studies/${encodeURIComponent(current.key)}/trials/${n}/${k}`).catch((e) => ({ error: e.message }));
+
   async function showTrial(n) {
     const t = current.trials.find((x) => x.n === n), box = document.getElementById("detail");
     if (!t) { box.innerHTML = ""; return; }
@@ -238,12 +242,10 @@
       <div><b>diff:</b> ${esc(t.diff_text)}</div>${t.rationale ? `<div><b>why:</b> ${esc(t.rationale)}</div>` : ""}
       ${t.failure ? `<div class=note><b>failure:</b> ${esc(t.failure)}</div>` : ""}
       <div class=muted>job ${esc(t.job_id || "")} · run ${esc(t.run_id || "")}${t.parent != null ? ` · parent trial ${t.parent}` : ""}</div>`;
+    const o = t.job_id ? await part(n, "outputs", "outputs") : {};
+    if (t.job_id) html += `<div id=outputs><b>outputs:</b> ${esc((o.outputs || []).join(" · ") || o.error || "none")}</div>`;
     if (t.code) {
-      let p = AIR.mode === "file" ? { patch: (AIR.inline.patches || {})[n] || "" } : null;
-      if (!p) {
-        try { p = await getJSON(`/api/studies/${encodeURIComponent(current.key)}/trials/${n}/patch`); }
-        catch (e) { p = { patch: "", error: e.message }; }
-      }
+      const p = await part(n, "patch", "patches");
       html += `<div><b>patch</b> (against ${t.parent != null ? "trial " + t.parent : "the base"}):</div><pre class=diff id=patch>${diffHtml(p.patch || "(no patch of its own)")}</pre>`;
     }
     box.innerHTML = html + "</div>";

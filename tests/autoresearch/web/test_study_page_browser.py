@@ -254,3 +254,25 @@ def test_a_steering_and_lowest_seen_show_among_the_notes(page, tmp_path: Path) -
             "document.getElementById('notes').innerText.includes('steered by alice')"
         )
         assert "note: try a smaller lr" in page.inner_text("#notes")
+
+
+def test_a_trial_s_detail_names_its_outputs(page, study_home: Path, tmp_path: Path) -> None:
+    """Issue 38.6: opening a trial names where its job wrote (its checkpoint folder, the
+    ./checkpoints and ./runs of its code view), on the live page and in report --html."""
+    from test_trial_outputs import outputs_study
+
+    from autoresearch.api import get_study
+    from autoresearch.web.serve import write_html
+
+    folder = outputs_study(tmp_path)
+    named = get_study(folder)["recent"][0]["outputs"]
+    with serving(folder.parent) as base:
+        page.goto(with_token(base + "/studies/outputs"))
+        page.click('#trials tr.trial[data-n="0"]')
+        page.wait_for_selector("#outputs")
+        shown = page.inner_text("#outputs")
+        assert all(path in shown for path in named) and len(named) == 3, (shown, named)
+    page.goto(write_html(folder).as_uri())  # file://: the outputs travel in the file
+    page.click('#trials tr.trial[data-n="0"]')
+    page.wait_for_selector("#outputs")
+    assert all(path in page.inner_text("#outputs") for path in named)
