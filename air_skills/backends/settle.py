@@ -85,6 +85,12 @@ def end_run(rt: LaunchContext, row: JobRecord, status: JobStatus, message: str) 
         message += f" (summary values not numeric, ignored: {', '.join(bad[:5])})"
     if not row.run_id:
         return message
+    from air_skills.runtime.runs.job_run import complete_from_plan
+
+    try:  # a launcher killed before it handed its claimed run's plan on (slurm/backend.py)
+        complete_from_plan(rt.home, row, rt.tracker)
+    except Exception:
+        pass
     settle_from_log(row.log_path)  # a Ray node's hardware line (Slurm's runner wrote the file)
     mlflow_tag(rt.tracker, row.run_id, row.log_path)
     try:

@@ -74,11 +74,17 @@ def tracker_for(home: Path, uri: str) -> Any:
 
 def submit(home: Path, uri: str, op: str, *args: Any, **kwargs: Any) -> str:
     """Queue one request; returns its id (the reply, if waited for, is ``res-<id>.json``)."""
+    return _queue(home, uri, op, args, kwargs, reply=True)
+
+
+def _queue(home: Path, uri: str, op: str, args: Any, kwargs: dict[str, Any], *, reply: bool) -> str:
+    """Queue one request (``reply``: the writer writes its reply, for a caller that waits)."""
     if op not in OP_NAMES:
         raise ValueError(f"unknown tracking operation {op!r}")
     where = spool(home)
     rid = f"{time.time_ns():020d}-{os.getpid()}-{os.urandom(3).hex()}"
-    body = json.dumps({"uri": uri, "op": op, "args": args, "kwargs": kwargs})
+    request = {"uri": uri, "op": op, "args": args, "kwargs": kwargs}
+    body = json.dumps(request if reply else {**request, "reply": False})
     tmp = where / f".tmp-{rid}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -157,14 +163,21 @@ def ensure_writer(home: Path) -> None:
 
 
 class RemoteTracker:
-    """``MlflowTracker``'s write methods, done by the home's writer."""
+    """``MlflowTracker``'s write methods, done by the home's writer. ``wait=False``: each
+    write is queued and the caller goes on (no reply; the writer is started if none runs):
+    for a launcher that hands a run's completion on after its job is submitted (Slurm)."""
 
-    def __init__(self, home: Path, uri: str) -> None:
+    def __init__(self, home: Path, uri: str, *, wait: bool = True) -> None:
         self.home = home
         self.uri = uri
+        self.wait = wait
 
     def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        return call(self.home, self.uri, op, *args, **kwargs)
+        if self.wait:
+            return call(self.home, self.uri, op, *args, **kwargs)
+        _queue(self.home, self.uri, op, args, kwargs, reply=False)
+        ensure_writer(self.home)
+        return None
 
     def create_run(
         self,
@@ -217,7 +230,7 @@ class RemoteTracker:
         self._call("log_artifact", run_id, path, artifact_path)
 
     def top_up_spares(self) -> int:
-        return int(self._call("top_up_spares"))
+        return int(self._call("top_up_spares") or 0)
 
     def experiment_id(self, name: str | None) -> str:
         return str(self._call("experiment_id", name))

@@ -13,6 +13,7 @@ import socket
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from air_skills import settings
 from air_skills.backends.base import already_finished
@@ -23,9 +24,9 @@ from air_skills.backends.slurm import commands, staging, steps
 from air_skills.backends.slurm import reconcile as reconciling
 from air_skills.backends.slurm.submit import NICE, sbatch_options, slurm_id_of, submit
 from air_skills.errors import AirError, BackendUnavailable, InvalidSpec
-from air_skills.models import JobInfo, JobSpec
 from air_skills.runtime.code.job_code import plan_code
 from air_skills.runtime.launch.duplicates import precheck
+from air_skills.runtime.launch.launch_run import claim_run, give_back_run
 from air_skills.runtime.launch.prepare import (
     LaunchContext,
     find_by_idempotency_key,
@@ -34,8 +35,12 @@ from air_skills.runtime.launch.prepare import (
     prepare_job,
     recording,
 )
+from air_skills.runtime.runs import job_run
 from air_skills.runtime.store.records import JobRecord
 from air_skills.status import JobStatus
+
+if TYPE_CHECKING:  # pydantic's: a launch from a shell queues a SpecView without it
+    from air_skills.models import JobInfo, JobSpec
 
 STOP_WAIT_S = 15.0
 
@@ -63,44 +68,63 @@ class SlurmBackend:
     # --- launching --------------------------------------------------------------------------
 
     def launch(self, spec: JobSpec, dry_run: bool = False) -> JobInfo:
-        rt, store = self.runtime, self.runtime.store
+        if not dry_run:
+            return row_to_info(self.queue(spec))
+        from air_skills.models import JobInfo
+
+        spec = self._checked(spec)
+        opts = " ".join(sbatch_options("job-…", spec, self.runtime.home / "jobs" / "JOB"))
+        return JobInfo(
+            job_id="dry-run",
+            name=job_name(spec.name, spec.command),
+            status=JobStatus.QUEUED,
+            message=f"DRY RUN: would submit {spec.command!r} from {spec.workdir} to Slurm"
+            f" with `sbatch {opts}`; nothing was launched",
+            priority=spec.priority,
+            created_at=datetime.now(UTC),
+            backend="slurm",
+            project=spec.project or "default",
+        )
+
+    def _checked(self, spec: JobSpec) -> JobSpec:
+        """The spec refused, or with its sandbox decided: the node runs it under the same
+        sandbox as a local job (bwrap: runner.py); `on` where none can be made is refused."""
         self._check(spec)
-        # The node runs it under the same sandbox as a local job (bwrap: runner.py); `on`
-        # where none can be made is refused here, as a code trial's always is.
-        spec = _gang_sandbox(spec) if spec.nodes > 1 else resolve_sandbox(spec, rt.home)
-        name = job_name(spec.name, spec.command)
-        if dry_run:
-            opts = " ".join(sbatch_options("job-…", spec, rt.home / "jobs" / "JOB"))
-            return JobInfo(
-                job_id="dry-run",
-                name=name,
-                status=JobStatus.QUEUED,
-                message=f"DRY RUN: would submit {spec.command!r} from {spec.workdir} to Slurm"
-                f" with `sbatch {opts}`; nothing was launched",
-                priority=spec.priority,
-                created_at=datetime.now(UTC),
-                backend="slurm",
-                project=spec.project or "default",
-            )
+        return _gang_sandbox(spec) if spec.nodes > 1 else resolve_sandbox(spec, self.runtime.home)
+
+    def queue(self, spec: JobSpec) -> JobRecord:
+        """``launch`` without its reply model: recorded, then submitted with ``sbatch``; the
+        job's record (a JobSpec or a SpecView of models/spec_view.py: `air launch` from a shell).
+
+        A launcher that keeps MLflow out (the CLI) never waits for MLflow's import: a spare
+        run is claimed in the queue transaction and completed after ``sbatch`` by the home's
+        tracking writer (queued requests, not waited for: the job is on its way); with no spare,
+        the writer makes the run before ``sbatch`` (the job has its run id from its first
+        instruction). A launcher killed in between leaves the plan, which the job's end applies
+        (backends/settle.py)."""
+        rt, store = self.runtime, self.runtime.store
+        spec = self._checked(spec)
         existing = find_by_idempotency_key(
             store, spec.idempotency_key, spec.model_dump(mode="json")
         )
         if existing is not None:
-            return row_to_info(existing)
+            return existing
         code = plan_code(rt.home, spec.workdir, spec.patch) if spec.code == "snapshot" else None
         precheck(store, spec, code.snapshot.digest if code else None)  # a duplicate: nothing made
         job = prepare_job(
             rt,
-            name=name,
+            name=job_name(spec.name, spec.command),
             config=spec.config,
             data=spec.data,
             track=spec.track,
             experiment=spec.experiment,
             tags={**spec.tags, "air.backend": "slurm", **launcher_tag(spec)},
             code=code,
+            run_later=True,  # a spare claimed below, or made before sbatch: runs/job_run.py
         )
         (job.jdir / "output.log").touch()
         with recording(rt, job) as c:
+            claim_run(rt, c, job)  # a spare run, pure SQLite: no MLflow here
             got, created = store.queue(
                 spec.model_dump(mode="json"),
                 job.job_id,
@@ -116,9 +140,13 @@ class SlurmBackend:
             )
             if created and job.code is not None:
                 store.set_code(c, job.job_id, job.code)
+            if not created:
+                give_back_run(rt, c, job)
         if not created:
-            return row_to_info(_reread(store, got))
+            return _reread(store, got)
         row = _reread(store, job.job_id)
+        if job_run.is_pending(rt.home, row):  # no spare: made now (the home's writer, if on)
+            row = job_run.make_pending_run(store, row)
         try:
             submit(rt, row, spec)
         except InvalidSpec as exc:  # sbatch refused it: the record says why, and so do we
@@ -128,7 +156,8 @@ class SlurmBackend:
             # sbatch may or may not have reached the controller: reconcile finds the job by
             # its name, or fails the record after the grace period.
             raise
-        return row_to_info(_reread(store, job.job_id))
+        _complete_run(rt, row)
+        return _reread(store, job.job_id)
 
     def _check(self, spec: JobSpec) -> None:
         """Refuse, before anything is created, what this backend cannot run."""
@@ -191,6 +220,21 @@ class SlurmBackend:
         row = _reread(store, row.job_id)
         finish(rt, row, JobStatus.CANCELLED, f"CANCELLED: {reason}", done_marker=reconciling.DONE)
         return row_to_info(_reread(store, row.job_id))
+
+
+def _complete_run(rt: LaunchContext, row: JobRecord) -> None:
+    """After ``sbatch``: a claimed spare run completed from the job's plan, and the pool's
+    spares topped up for the next launch, by requests to the home's writer that this process
+    does not wait for (MLflow in this process where the writer is off)."""
+    if not row.run_id:
+        return
+    try:
+        if job_run.read_plan(rt.job_dir(row.job_id)) is not None:
+            job_run.complete_from_plan(rt.home, row, job_run.queued_tracker(rt.home, row))
+        if rt.wants_spares:
+            job_run.keep_spares(rt.home, job_run.queued_tracker(rt.home, row))
+    except Exception:  # the job runs; its end applies a plan left behind (backends/settle.py)
+        pass
 
 
 def _reread(store: object, job_id: str) -> JobRecord:

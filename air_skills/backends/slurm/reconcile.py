@@ -24,7 +24,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from air_skills.backends.settle import finish, finish_stopped
 from air_skills.backends.slurm import commands, cordons, staging
@@ -34,7 +34,6 @@ from air_skills.backends.slurm.runner import EXIT_FILE
 from air_skills.backends.slurm.submit import job_name, ref_of, slurm_id_of, submit
 from air_skills.errors import AirError
 from air_skills.home import read_job_json
-from air_skills.models import STORED, JobSpec
 from air_skills.runtime.execution.gang import is_gang
 from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.results.outcomes import max_infra_retries
@@ -44,6 +43,16 @@ from air_skills.status import JobStatus
 SUBMIT_GRACE_S = 60.0  # a record with no Slurm id yet is left alone this long
 RECONCILE_LOCK = "slurm-reconcile.lock"  # in AIR_HOME: one reconciling process at a time
 DONE = "slurm.done"
+
+if TYPE_CHECKING:
+    from air_skills.models import JobSpec
+
+
+def _stored_spec(row: JobRecord) -> JobSpec:
+    """The job's spec as recorded (pydantic: imported only when a job needs settling)."""
+    from air_skills.models import STORED, JobSpec
+
+    return JobSpec.model_validate_json(row.spec, context=STORED)
 
 
 def read_exit(jdir: Path) -> dict[str, Any] | None:
@@ -167,7 +176,7 @@ def settle(rt: LaunchContext, row: JobRecord, sid: str, job: SlurmJob | None) ->
             rt.store.set_message(row.job_id, f"RUNNING on Slurm as job {sid} on {job.node}")
             return 1
         return 0
-    spec = JobSpec.model_validate_json(row.spec, context=STORED)
+    spec = _stored_spec(row)
     ended = read_exit(jdir)
     if state == "COMPLETED":
         return finish(rt, row, JobStatus.SUCCEEDED, "SUCCEEDED", exit_code=0, done_marker=DONE)
@@ -237,7 +246,7 @@ def _from_exit(rt: LaunchContext, row: JobRecord, ended: dict[str, Any]) -> int:
         return finish(
             rt, row, JobStatus.CANCELLED, f"CANCELLED: {row.stop_reason}", done_marker=DONE
         )
-    spec = JobSpec.model_validate_json(row.spec, context=STORED)
+    spec = _stored_spec(row)
     cause = infra_cause(row.log_path, code, is_gang(spec.model_dump()), "")
     if cause is not None:
         return _infra_retry(rt, row, spec, cause.what)

@@ -16,16 +16,18 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from air_skills import settings
 from air_skills.backends.slurm import commands, staging, steps
 from air_skills.backends.slurm.runner import LAUNCH_FILE
-from air_skills.models import JobSpec
 from air_skills.runtime.execution.launch_env import command_launch
 from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.process.faults import crash_point
 from air_skills.runtime.store.records import JobRecord
+
+if TYPE_CHECKING:
+    from air_skills.models import JobSpec
 
 SCRIPT_FILE = "slurm.sbatch"
 OUT_FILE = "slurm.out"  # Slurm's own output for the batch step (the job's goes to its log)

@@ -138,6 +138,37 @@ def make_pending_run(store: Store, row: JobRecord) -> JobRecord:
     return store.row(row.job_id) or row
 
 
+def complete_from_plan(home: Path, row: JobRecord, tracker: Any = None) -> bool:
+    """Give a run made ahead (a spare claimed at launch) the job's name, params, tags, data
+    inputs and diff from its plan, then drop the plan; False when there is none to apply.
+    ``tracker``: the job's own (``_tracker``) unless given, e.g. the writer's, queued."""
+    jdir = job_dir(home, row.job_id)
+    plan = read_plan(jdir)
+    if plan is None or not row.run_id:
+        return False
+    tracker = tracker or _tracker(home, jdir, plan)
+    tracker.fill_run(
+        row.run_id,
+        name=plan.get("name") or row.name,
+        config=_config(jdir),
+        tags=_run_tags(row, plan),
+    )
+    drop_plan(jdir)
+    _log_extras(tracker, row.run_id, row, plan)
+    return True
+
+
+def queued_tracker(home: Path, row: JobRecord) -> Any:
+    """The job's tracker for writes its launcher hands on without waiting: the home's writer
+    with queued requests (tracking/writer.py, crash-safe in its spool), else MLflow here."""
+    from air_skills.tracking import writer
+
+    jdir = job_dir(home, row.job_id)
+    if writer.enabled():
+        return writer.RemoteTracker(home, job_uri(home, jdir, read_plan(jdir)), wait=False)
+    return _tracker(home, jdir, read_plan(jdir))
+
+
 def finish_unstarted(home: Path, row: JobRecord, status: str) -> None:
     """End the run of a job that never started (cancelled while queued), completed from its
     plan first when it was made ahead. Raises when tracking is unavailable."""
@@ -181,20 +212,9 @@ class RunWork:
         time.sleep(START_DELAY_S)  # the command's own start first: it has the CPU to itself
         try:
             jdir = job_dir(self.home, self.row.job_id)
-            plan = read_plan(jdir)
-            tracker = _tracker(self.home, jdir, plan)
-            run_id = self.row.run_id
-            if plan is not None:
-                tracker.fill_run(
-                    run_id,
-                    name=plan.get("name") or self.row.name,
-                    config=_config(jdir),
-                    tags=_run_tags(self.row, plan),
-                )
-                drop_plan(jdir)
-                _log_extras(tracker, run_id, self.row, plan)
-            else:
-                tracker.set_attempt(run_id, self.row.attempts)
+            tracker = _tracker(self.home, jdir, read_plan(jdir))
+            if not complete_from_plan(self.home, self.row, tracker):
+                tracker.set_attempt(self.row.run_id, self.row.attempts)
         except Exception:
             pass
         finally:

@@ -122,6 +122,7 @@ def _apply(home: Path, req: Path, cache: dict[str, Any]) -> None:
     if res.exists():
         req.unlink(missing_ok=True)
         return
+    body: Any = None
     try:
         body = json.loads(req.read_text())
         fn = OPS[body["op"]]
@@ -130,6 +131,9 @@ def _apply(home: Path, req: Path, cache: dict[str, Any]) -> None:
     except Exception as exc:  # a bad request or MLflow's refusal: said to the caller
         text = " ".join(str(exc).split())[:300] or type(exc).__name__
         reply = {"ok": False, "error": text}
+    if isinstance(body, dict) and body.get("reply") is False:  # nobody waits (wait=False)
+        req.unlink(missing_ok=True)
+        return
     tmp = req.with_name(f".tmp-res-{rid}")
     try:
         tmp.write_text(json.dumps(reply, default=str))

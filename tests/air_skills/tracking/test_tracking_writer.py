@@ -109,3 +109,25 @@ def test_supervisors_keep_mlflow_out(client: Client, tmp_path: Path, sandbox: st
     assert run.data.metrics == {"loss": 0.2, "acc": 0.9}
     assert run.data.params == {"lr": "0.1", "p": "3"}
     assert any(k.startswith("air.hardware") for k in run.data.tags)
+
+
+def test_writes_queued_without_waiting_are_applied_and_leave_no_reply(client: Client) -> None:
+    """RemoteTracker(wait=False) (a Slurm launch hands its run's completion on after sbatch):
+    each write is queued and the caller goes on; the writer it starts applies them in order
+    and writes no reply nobody would read."""
+    home = client.home
+    uri = tracking_uri(home)
+    run_id, _ = MlflowTracker(home, uri).create_run(
+        job_id="job-0000000001", name="spare", experiment="queued", config={}, tags={}
+    )
+    queued = writer.RemoteTracker(home, uri, wait=False)
+    assert queued.fill_run(run_id, name="filled", config={"lr": 0.1}, tags={"k": "v"}) is None
+    queued.set_tags(run_id, {"after": "fill"})
+    deadline = time.monotonic() + 240
+    while _requests(home):  # no caller waits: the writer was started by the queueing
+        assert time.monotonic() < deadline, "the queued writes were never applied"
+        time.sleep(0.05)
+    run = MlflowTracker(home, uri).client.get_run(run_id)
+    assert run.info.run_name == "filled" and run.data.params["lr"] == "0.1"
+    assert run.data.tags["k"] == "v" and run.data.tags["after"] == "fill"
+    assert not [p for p in writer.spool(home).iterdir() if p.name.startswith("res-")]
