@@ -16,6 +16,7 @@ from air_skills.runtime.store.records import JobRecord
 
 MAX_ITEMS = 100  # jobs per launch_jobs call
 MAX_SWEEP = 10_000  # jobs per `air launch` sweep (--seeds, --grid, --variants)
+LAUNCH_GROUP = 100  # a batch's items queued in one transaction (launch_all's launch_group)
 SHOWN_PROBLEMS = 20  # a refused batch names this many items' problems, then counts the rest
 DEFAULT_SEED_KEY = "seed"
 # Spec fields that do not make a job different for seed grouping: labels, not what ran.
@@ -196,16 +197,20 @@ def launch_all(
     launch: Callable[[dict[str, Any]], JobInfo] | None,
     idempotency_key: str | None = None,
     key_used: Callable[[str], bool] | None = None,
-    launched: Callable[[int, JobInfo], None] | None = None,
+    launched: Callable[[list[tuple[int, JobInfo]]], None] | None = None,
     limit: int = MAX_ITEMS,
+    launch_group: Callable[[list[dict[str, Any]]], list[JobInfo]] | None = None,
 ) -> list[JobInfo]:
     """Check every spec (``check``: a strict dry run), then launch each (``launch``; None: a
     dry run, the checks' infos). Specs alike but for config, name, key and tags are checked
     once; an item whose idempotency key is already used (``key_used``) is checked on its own,
     so a key reused for another spec refuses the call before anything is queued. A key on
     two items refuses it too. Any refusal refuses the whole call, every problem named with
-    its item number. ``launched(n, info)`` is told of each item as it is queued. A launch that
-    fails once some were queued says which were (their ids) and how to cancel them."""
+    its item number. ``launched([(n, info), ...])`` is told of the items as they are queued.
+    A launch that fails once some were queued says which were (their ids) and how to cancel
+    them.
+    ``launch_group``: launches LAUNCH_GROUP items at a time instead of ``launch`` (one
+    transaction for them: a sweep of 1,000 is ten), all or none of each group."""
     check_count(specs, limit)
     specs = keyed([dict(s) for s in specs], idempotency_key)
     checked: dict[str, JobInfo] = {}
@@ -243,15 +248,18 @@ def launch_all(
     if launch is None:
         return dry
     out: list[JobInfo] = []
-    for n, spec in enumerate(specs):
+    step = LAUNCH_GROUP if launch_group is not None else 1
+    for n in range(0, len(specs), step):
+        group = specs[n : n + step]
         try:
-            info = launch(spec)
+            infos = launch_group(group) if launch_group is not None else [launch(group[0])]
         except AirError as exc:
             if not out:
                 raise
             ids = ", ".join(i.job_id for i in out)
+            which = f"item {n}" if len(group) == 1 else f"items {n}-{n + len(group) - 1}"
             exc.message = (
-                f"item {n} failed after {len(out)} of {len(specs)} were queued ({ids}):"
+                f"{which} failed after {len(out)} of {len(specs)} were queued ({ids}):"
                 f" {exc.message}"
             )
             exc.hint = (
@@ -259,9 +267,9 @@ def launch_all(
                 f" items {n}-{len(specs) - 1} again once fixed. {exc.hint or ''}"
             ).strip()
             raise
-        out.append(info)
+        out += infos
         if launched is not None:
-            launched(n, info)
+            launched([(n + k, info) for k, info in enumerate(infos)])
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from air_skills.home import write_launch_env
 from air_skills.runtime.code.job_code import CodePlan, plan_code
 from air_skills.runtime.execution.job_env import launch_environment
 from air_skills.runtime.execution.sandbox import describe
+from air_skills.runtime.launch.context import PreparedJob
 from air_skills.runtime.launch.duplicates import precheck
 from air_skills.runtime.launch.launch_check import program_path
 from air_skills.runtime.launch.launch_run import claim_run, give_back_run
@@ -28,7 +30,7 @@ from air_skills.runtime.launch.prepare import (
     job_name,
     launcher_tag,
     prepare_job,
-    recording,
+    recording_many,
 )
 from air_skills.runtime.runs.job_run import finish_unstarted
 from air_skills.runtime.scheduling import passes
@@ -65,67 +67,84 @@ class LocalBackend:
     def queue(self, spec: JobSpec) -> JobRecord:
         """``launch`` without its reply model: the job's record as the reply shows it (a
         JobSpec or a SpecView of models/spec_view.py: `air launch` from a shell)."""
+        return self.queue_group([spec])[0]
+
+    def queue_group(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        """Queue jobs as one (a batch's items): each checked and its folder built as a launch
+        of its own, then all recorded, renamed into place and scheduled in one transaction
+        (a refusal or failure of any: none queued, their folders and claimed runs discarded).
+        Each item's record; an item whose idempotency key a job holds gets that job."""
         store = self.runtime.store
-        self._check_gpus(spec)
-        spec = resolve_sandbox(spec, self.runtime.home)  # `on` without one: refused here
-        existing = find_by_idempotency_key(
-            store, spec.idempotency_key, spec.model_dump(mode="json")
-        )  # the same spec: its job; a different one: idempotency-conflict
-        if existing is not None:
-            return existing
-        spec, image = resolve_image(spec)  # its ID now: an unknown image is refused here
-        code = self._code(spec)  # snapshot and patch checked: a refusal leaves nothing behind
-        precheck(store, spec, code.snapshot.digest if code else None)  # a duplicate: nothing made
-        job = prepare_job(
-            self.runtime,
-            name=job_name(spec.name, spec.command),
-            config=spec.config,
-            data=spec.data,
-            track=spec.track,
-            experiment=spec.experiment,
-            tags={**spec.tags, **image_tags(image), **launcher_tag(spec)},
-            code=code,
-            run_later=True,  # the supervisor completes (or makes) the run: runtime/runs/job_run.py
-        )
+        held: dict[int, JobRecord] = {}
+        todo: list[tuple[int, JobSpec, PreparedJob]] = []
+        environment = launch_environment(os.environ)  # the same for every item
         try:
-            attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
-            with disk_full_named(self.runtime.home / "jobs"):
-                # Whichever process starts the job, it gets this environment.
-                write_launch_env(job.jdir, launch_environment(os.environ))
-            gpus = passes.schedulable_gpus(store)
+            for n, spec in enumerate(specs):
+                self._check_gpus(spec)
+                spec = resolve_sandbox(spec, self.runtime.home)  # `on` without one: refused
+                existing = find_by_idempotency_key(
+                    store, spec.idempotency_key, spec.model_dump(mode="json")
+                )  # the same spec: its job; a different one: idempotency-conflict
+                if existing is not None:
+                    held[n] = existing
+                    continue
+                spec, image = resolve_image(spec)  # its ID now: an unknown image is refused
+                code = self._code(spec)  # snapshot and patch checked: a refusal leaves nothing
+                precheck(store, spec, code.snapshot.digest if code else None)  # nothing made
+                job = prepare_job(
+                    self.runtime,
+                    name=job_name(spec.name, spec.command),
+                    config=spec.config,
+                    data=spec.data,
+                    track=spec.track,
+                    experiment=spec.experiment,
+                    tags={**spec.tags, **image_tags(image), **launcher_tag(spec)},
+                    code=code,
+                    run_later=True,  # the supervisor completes (or makes) the run: job_run.py
+                )
+                todo.append((n, spec, job))
+                attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
+                with disk_full_named(self.runtime.home / "jobs"):
+                    # Whichever process starts the job, it gets this environment.
+                    write_launch_env(job.jdir, environment)
+            gpus = passes.schedulable_gpus(store) if todo else ()
         except BaseException:
-            discard_prepared(self.runtime, job)
+            for _, _, job in todo:
+                discard_prepared(self.runtime, job)
             raise
-        decided = None
-        # Queued and scheduled at once, in one transaction; the folder takes its name in it.
-        with recording(self.runtime, job) as c:
-            claim_run(self.runtime, c, job)  # a spare run, pure SQLite: no MLflow here
-            got, created = store.queue(
-                spec.model_dump(mode="json"),
-                job.job_id,
-                str(job.log_path),
-                job.name,
-                job.run_id,
-                job.experiment_id,
-                tracking_note=job.tracking_note,
-                c=c,
-                project=spec.resolved_project(),
-                jdir=job.jdir,
-                code_digest=job.code["digest"] if job.code else None,
-            )
-            if created and job.code is not None:
-                store.set_code(c, job.job_id, job.code)
-            if created:
-                decided = passes.run_pass(store, c, gpus, new_job=job.job_id)
-            else:
-                give_back_run(self.runtime, c, job)
-        # A concurrent caller with this idempotency key won: the same spec gets its job (ours
-        # is discarded); another spec raised idempotency-conflict in queue, and `recording`
-        # discarded ours and rolled back the spare run it claimed.
-        if decided is None:
-            return self._reply_row(got)
-        passes.act_on_pass(store, decided)
-        return self._reply_row(job.job_id)
+        got: dict[int, str] = {}
+        decided = []
+        # Queued and scheduled at once, in one transaction; the folders take their names in it.
+        with recording_many(self.runtime, [job for _, _, job in todo]) as c:
+            for n, spec, job in todo:
+                claim_run(self.runtime, c, job)  # a spare run, pure SQLite: no MLflow here
+                got[n], created = store.queue(
+                    spec.model_dump(mode="json"),
+                    job.job_id,
+                    str(job.log_path),
+                    job.name,
+                    job.run_id,
+                    job.experiment_id,
+                    tracking_note=job.tracking_note,
+                    c=c,
+                    project=spec.resolved_project(),
+                    jdir=job.jdir,
+                    code_digest=job.code["digest"] if job.code else None,
+                )
+                if created and job.code is not None:
+                    store.set_code(c, job.job_id, job.code)
+                if created:
+                    decided.append(passes.run_pass(store, c, gpus, new_job=job.job_id))
+                else:
+                    give_back_run(self.runtime, c, job)
+        # A concurrent caller with an item's idempotency key won: the same spec gets its job
+        # (ours is discarded); another spec raised idempotency-conflict in queue, and
+        # `recording_many` discarded them all and rolled back the spare runs they claimed.
+        for result in decided:
+            passes.act_on_pass(store, result)
+        if got:
+            self.reconcile()
+        return [held[n] if n in held else self._row(got[n]) for n in range(len(specs))]
 
     def cancel(self, record: JobRecord, reason: str, wait_s: float) -> JobInfo:
         """A queued job ends at once; a running one is stopped by its supervisor (SIGTERM,
@@ -185,6 +204,9 @@ class LocalBackend:
 
     def _reply_row(self, job_id: str) -> JobRecord:
         self.reconcile()
+        return self._row(job_id)
+
+    def _row(self, job_id: str) -> JobRecord:
         row = self.runtime.store.row(job_id)
         if row is None:  # records are never deleted; this is a broken AIR_HOME
             raise NotFound(f"no job {job_id!r}", hint="list jobs with `air ls`", job_id=job_id)

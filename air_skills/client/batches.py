@@ -43,9 +43,45 @@ class BatchMixin:
                 launch=None if dry_run else self._launch_or_duplicate,
                 idempotency_key=idempotency_key,
                 key_used=lambda key: self.store.by_idempotency_key(key) is not None,
-                launched=lambda n, info: batches.add_jobs(self.store, batch, [(n, info.job_id)]),
+                launched=lambda done: batches.add_jobs(
+                    self.store, batch, [(n, info.job_id) for n, info in done]
+                ),
                 limit=limit or MAX_ITEMS,
+                launch_group=None if dry_run else self._launch_group,
             )
+
+    def _launch_group(self, specs: list[dict[str, Any]]) -> list[JobInfo]:
+        """A group of a batch's items launched as one, each made ready as a launch of its own,
+        then queued in one transaction by a backend that can (the local one's queue_group);
+        otherwise, or when an item is refused as a duplicate, one at a time
+        (``_launch_or_duplicate``: its place holds that job)."""
+        from air_skills.backends.info import row_to_info
+        from air_skills.models import JobSpec
+        from air_skills.runtime.launch import duplicates
+
+        ready = [self._ready(JobSpec.parse(s), False, None, False, True)[0] for s in specs]
+        names = {r.backend for r in ready}
+        backend = self.backend(ready[0].backend) if len(names) == 1 else None
+        if not hasattr(backend, "queue_group"):
+            return [self._launch_or_duplicate(s) for s in specs]
+        keys = [r.idempotency_key for r in ready]
+        held = [self.store.by_idempotency_key(k) if k else None for k in keys]
+        try:
+            rows = backend.queue_group(ready)  # type: ignore[union-attr]
+        except AirError as exc:
+            if exc.code != "duplicate":
+                raise
+            return [self._launch_or_duplicate(s) for s in specs]
+        duplicates.queued(r.job_id for r in rows)  # each item's note: only those before it
+        out = []
+        for row, key, was in zip(rows, keys, held, strict=True):
+            info = row_to_info(row)
+            info.message += self._launched(row.job_id, row.code is not None)
+            if was is not None and was.job_id == info.job_id:
+                note = f"ALREADY LAUNCHED with idempotency key {key!r}, not queued again"
+                info = info.model_copy(update={"message": f"{note}; {info.message}"})
+            out.append(info)
+        return out
 
     def _one_snapshot(self, specs: list[dict[str, Any]], dry_run: bool) -> Any:
         """A batch whose items all snapshot one folder runs on one snapshot of it, taken once

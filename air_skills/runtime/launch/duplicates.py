@@ -8,9 +8,10 @@ launch, the closest job that differs only in numbers (a warning, not a refusal).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 from air_skills.errors import AirError
@@ -62,9 +63,12 @@ def near_note(store: Store, job_id: str, within: float) -> str | None:
     if call is None:
         found = dedup.nearest(store.conn, row.near_key, config, within, exclude=job_id)
     else:
-        if row.near_key not in call:  # what was there before the call, newest first
-            call[row.near_key] = dedup.candidates(store.conn, row.near_key, job_id)
-        before = call[row.near_key]
+        before = call.before.get(row.near_key)
+        if before is None:  # what was there before the call, newest first
+            n = dedup.NEAR_CANDIDATES + len(call.own)
+            found_then = dedup.candidates(store.conn, row.near_key, job_id, n)
+            before = [f for f in found_then if f[0] not in call.own][: dedup.NEAR_CANDIDATES]
+            call.before[row.near_key] = before
         found = dedup.closest(before[: dedup.NEAR_CANDIDATES], config, within)
         before.insert(0, (job_id, row.status, dedup.numbers(config)))
     if found is None:
@@ -78,8 +82,16 @@ def near_note(store: Store, job_id: str, within: float) -> str | None:
     )
 
 
-# {near_key: the candidates, newest first} of the launches of one call (``one_call``)
-_CALL: ContextVar[dict[str, list[dedup.Candidate]] | None] = ContextVar("near_call", default=None)
+@dataclass
+class _Call:
+    """The launches of one call (``one_call``): per near key, the candidates newest first;
+    the jobs the call queued (``queued``), never taken for jobs from before it."""
+
+    before: dict[str, list[dedup.Candidate]] = field(default_factory=dict)
+    own: set[str] = field(default_factory=set)
+
+
+_CALL: ContextVar[_Call | None] = ContextVar("near_call", default=None)
 
 
 @contextmanager
@@ -88,11 +100,19 @@ def one_call() -> Iterator[None]:
     duplicates together: the jobs that were there when the call began (their status as it
     was then) and the call's own launches so far, newest first, as each launch alone would
     see them; without it a sweep read up to NEAR_CANDIDATES jobs per item."""
-    token = _CALL.set({})
+    token = _CALL.set(_Call())
     try:
         yield
     finally:
         _CALL.reset(token)
+
+
+def queued(job_ids: Iterable[str]) -> None:
+    """Inside ``one_call``: these jobs are the call's own, queued together before their notes
+    are asked (a group in one transaction); each is compared only with those before it."""
+    call = _CALL.get()
+    if call is not None:
+        call.own.update(job_ids)
 
 
 def precheck(store: Store, spec: Any, code_digest: str | None) -> None:

@@ -134,23 +134,38 @@ def recording(ctx: LaunchContext, job: PreparedJob) -> Iterator[sqlite3.Connecti
     sweep removes (the intent names them). A job not recorded (a concurrent caller with its
     idempotency key won) or any failure discards the prepared job.
     """
+    with recording_many(ctx, [job]) as c:
+        yield c
+
+
+@contextmanager
+def recording_many(ctx: LaunchContext, jobs: list[PreparedJob]) -> Iterator[sqlite3.Connection]:
+    """``recording`` of several prepared jobs in one transaction (a batch's items): each one
+    recorded has its folder renamed into place before the COMMIT; a failure discards them
+    all (none is queued), a job not recorded is discarded alone."""
     store = ctx.store
     try:
         with disk_full_named(ctx.home / "jobs"), store.tx() as c:
             crash_point("launch:locked")
             yield c
-            if store.row_in(c, job.job_id) is not None:
-                os.rename(job.jdir, job.final_dir)
-                job.jdir = job.final_dir
-                crash_point("launch:placed")
+            for job in jobs:
+                if store.row_in(c, job.job_id) is not None:
+                    os.rename(job.jdir, job.final_dir)
+                    job.jdir = job.final_dir
+                    crash_point("launch:placed")
     except BaseException:
-        discard_prepared(ctx, job)
+        for job in jobs:
+            discard_prepared(ctx, job)
         raise
-    if job.jdir != job.final_dir:
-        discard_prepared(ctx, job)
+    placed = [job for job in jobs if job.jdir == job.final_dir]
+    for job in jobs:
+        if job.jdir != job.final_dir:
+            discard_prepared(ctx, job)
+    if not placed:
         return
     crash_point("launch:committed")
-    launch_intent.remove(ctx.home, job.job_id)
+    for job in placed:
+        launch_intent.remove(ctx.home, job.job_id)
 
 
 def discard_prepared(ctx: LaunchContext, job: PreparedJob) -> None:

@@ -140,13 +140,15 @@ def nearest(
 Candidate = tuple[str, str, dict[str, float]]  # (job_id, status, its config's numbers)
 
 
-def candidates(c: sqlite3.Connection, near_key: str, exclude: str | None) -> list[Candidate]:
-    """The newest NEAR_CANDIDATES queued, running or succeeded jobs with ``near_key``."""
+def candidates(
+    c: sqlite3.Connection, near_key: str, exclude: str | None, limit: int = NEAR_CANDIDATES
+) -> list[Candidate]:
+    """The newest ``limit`` queued, running or succeeded jobs with ``near_key``."""
     marks = ",".join("?" * len(ALIVE_OR_DONE))
     rows = c.execute(
         f"SELECT job_id, status FROM jobs WHERE near_key=?"
-        f" AND status IN ({marks}) AND job_id != ? ORDER BY seq DESC LIMIT {NEAR_CANDIDATES}",
-        (near_key, *ALIVE_OR_DONE, exclude or ""),
+        f" AND status IN ({marks}) AND job_id != ? ORDER BY seq DESC LIMIT ?",
+        (near_key, *ALIVE_OR_DONE, exclude or "", limit),
     ).fetchall()
     unseen = [job_id for job_id, _ in rows if job_id not in _NUMBERS_SEEN]
     if len(_NUMBERS_SEEN) + len(unseen) > _NUMBERS_KEPT:

@@ -235,3 +235,23 @@ def test_a_full_disk_while_writing_the_job_folder_is_named_and_leaves_nothing(
     assert error["message"].startswith("the disk is full writing ")
     assert set(os.listdir(home / "jobs")) <= {launch_intent.INTENTS}
     assert launch_intent.pending(home) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["launch:locked", "launch:placed", "launch:committed"])
+def test_a_sweep_killed_in_its_groups_transaction_leaves_all_or_nothing(
+    air_home: Path, work: Path, step: str
+) -> None:
+    """A sweep's items are queued LAUNCH_GROUP at a time in one transaction (batch.py,
+    LocalBackend.queue_group): killed with every item's folder built (locked), or with one
+    renamed into place (placed), none is queued and the next call sweeps every folder; killed
+    after the COMMIT, all five are whole jobs."""
+    assert air(air_home, "ls").returncode == 0
+    argv = ["launch", "--gpus", "0", "--seeds", "0,1,2,3,4", "--", "sleep", "30"]
+    proc = air(air_home, *argv, crash_at=step, cwd=work)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    if step != "launch:committed":
+        assert len(list((air_home / "jobs").glob(".tmp-job-*"))) >= 4  # built, not recorded
+    assert air(air_home, "ls", "--json").returncode == 0  # one client call sweeps
+    jobs = assert_nothing_left(air_home)
+    assert len(jobs) == (5 if step == "launch:committed" else 0), jobs
