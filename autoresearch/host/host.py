@@ -230,17 +230,17 @@ class StudyHost:
             outcome = f"stopped: {result.stop_reason}"
         except KeyboardInterrupt:
             outcome = "interrupted: the next host run resumes it"
-        except AirError as exc:
-            outcome = f"failed: [{exc.code}] {exc}"
-            if not Journal(folder).exists():  # refused before it began (its folder taken back)
-                write_private(failed, json.dumps({"code": exc.code, "message": str(exc)}))
+        except Exception as exc:  # this study fails (a bug in its path too); the others go on
+            if isinstance(exc, AirError):
+                code, outcome = exc.code, f"failed: [{exc.code}] {exc}"
+            else:
+                loop_log("".join(traceback.format_exception(exc)))
+                code, outcome = "study-crashed", f"failed: {type(exc).__name__}: {exc}"
+            if not Journal(folder).exists():  # refused before it began, or its folder is gone
+                with contextlib.suppress(OSError):
+                    write_private(failed, json.dumps({"code": code, "message": outcome[8:]}))
             elif loop is not None:
-                self._fail(loop, None)
-        except Exception as exc:  # a bug in this study's path: it fails, the others go on
-            loop_log("".join(traceback.format_exception(exc)))
-            outcome = f"failed: {type(exc).__name__}: {exc}"
-            if loop is not None:
-                self._fail(loop, exc)
+                self._fail(loop, None if isinstance(exc, AirError) else exc)
         with self._lock:
             self.outcome[name] = outcome
         self.log(f"[{name}] {outcome}")

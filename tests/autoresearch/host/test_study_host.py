@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -167,14 +168,17 @@ def test_a_hundred_studies_in_one_host_keep_their_budgets_and_resume_after_a_kil
 def test_one_study_fails_or_is_stopped_and_the_others_go_on(
     host_home: Path, tmp_path: Path
 ) -> None:
+    from air_skills import Client
+
     host, workdir, log = tmp_path / "host", tmp_path / "wd", tmp_path / "host.out"
     workdir.mkdir()
-    good, bad, slow = add(
+    good, bad, slow, doomed = add(
         tmp_path,
         host,
         spec("good", 2, workdir=workdir),
         spec("no-metric", 2, NO_METRIC, workdir=workdir),
         spec("slow", 2, SLEEP, workdir=workdir),
+        spec("doomed", 2, SLEEP, workdir=workdir),
     )
     proc = start_host(host, log)
     try:
@@ -183,8 +187,15 @@ def test_one_study_fails_or_is_stopped_and_the_others_go_on(
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["stop_reason"] == "stop-request"
+        # a crash that is no AirError: its folder vanishes, and its next journal line fails
+        job = wait_until(lambda: events(doomed, "job_started"), timeout_s=180, every_s=0.2)
+        job_id = events(doomed, "launched")[0]["job_id"]
+        assert job
+        shutil.rmtree(doomed)
+        Client().cancel(job_id, reason="the test", wait_s=0)  # wakes its loop
+        wait_until(lambda: "[doomed] failed" in (host / "host.log").read_text(), timeout_s=120)
         wait_until(lambda: stopped(good) and stopped(bad), timeout_s=180, every_s=0.2)
-        assert proc.poll() is None  # the host outlives a failed and a stopped study
+        assert proc.poll() is None  # the host outlives a failed, a crashed and a stopped study
         ended = wait_until(lambda: all_ended(host), timeout_s=120, every_s=1)
         view = {s["name"]: s for s in ended["studies"]}
         # a study dropped into specs/ by hand while the host runs is started too
@@ -206,11 +217,13 @@ def test_one_study_fails_or_is_stopped_and_the_others_go_on(
     )
     assert [e["status"] for e in events(slow, "finished")] == ["CANCELLED"]
     assert stopped(good) and len(events(good, "launched")) == 2
+    assert view["doomed"]["state"] == "failed"
+    assert "FileNotFoundError" in view["doomed"]["error"], view["doomed"]
 
     # started again, the host leaves the studies that ended as they are
     proc = start_host(host, log)
     try:
-        wait_until(lambda: "4 studies" in (host / "host.log").read_text().split("\n")[-2],
+        wait_until(lambda: "studies:" in (host / "host.log").read_text().split("\n")[-2],
                    timeout_s=60)  # fmt: skip
     finally:
         proc.send_signal(signal.SIGTERM)
