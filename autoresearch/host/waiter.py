@@ -14,6 +14,7 @@ for a hundred studies than for one.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autoresearch.study.folder import STOP_FILE
+from autoresearch.study.steer_requests import STEER_DIR
 
 TICK_S = 0.25  # how often the waiter looks for a change in the store
 FILES_S = 0.5  # how often it looks for stop and steer requests in the study folders
@@ -156,14 +158,8 @@ def _requested(folder: Path) -> bool:
     if (folder / STOP_FILE).exists():
         return True
     with contextlib.suppress(OSError):
-        return any(n.endswith(".json") for n in _listdir(folder / "steer"))
+        return any(n.endswith(".json") for n in os.listdir(folder / STEER_DIR))
     return False
-
-
-def _listdir(path: Path) -> list[str]:
-    import os
-
-    return os.listdir(path)
 
 
 class HostedClient:

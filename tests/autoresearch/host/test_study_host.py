@@ -183,6 +183,11 @@ def test_one_study_fails_or_is_stopped_and_the_others_go_on(
     proc = start_host(host, log)
     try:
         wait_until(lambda: events(slow, "job_started"), timeout_s=180, every_s=0.2)
+        # a steer reaches a hosted loop at once (the waiter wakes it; its own wait is 30 s)
+        cmd = [*AUTORESEARCH, "steer", str(slow), "--note", "from the test"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert [e["note"] for e in events(slow, "steer")] == ["from the test"]
         cmd = [*AUTORESEARCH, "host", "stop", "slow", "--host-dir", str(host), "--json"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
