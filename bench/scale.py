@@ -11,9 +11,9 @@ Rows (issue 41), each printed with its goal:
   in-process and at most 1.5x the time at 100 jobs, the CLI at most 1.5x plain `air ls --json`.
 - memory: PSS (/proc/PID/smaps_rollup) of air's processes per running job, 1 and ``--jobs``
   jobs of `sleep`; goal at most 40 MB per job.
-- soak (``--soak-min``, default 0: skipped): tracked jobs of 0.2-5 s launched from several
-  launchers on simulated GPUs for that many minutes; every job settled exactly once and the
-  index equal to MLflow. The issue's soak is 30 minutes and 10,000 jobs: `--soak-min 30`.
+- soak (``--soak-min``, default 0: skipped): bench/soak.py's soak for that many minutes
+  (identities, studies, 16 simulated GPUs; every job settled once, the index equal to MLflow,
+  every journal checks). The issue's soak (30 minutes and 10,000 jobs): `bench/soak.py`.
 
     python bench/scale.py                       # 100 / 10,000 / 50,000 jobs, 8 running jobs
     python bench/scale.py --sizes 100,2000 --real 20 --soak-min 2
@@ -226,63 +226,12 @@ def memory(counts: list[int], writer_on: bool = True) -> list[list[object]]:
 # --- soak --------------------------------------------------------------------------------------
 
 
-def soak(minutes: float, launchers: int = 5) -> dict[str, object]:
-    """Jobs of 0.2-5 s from ``launchers`` identities for ``minutes``; then the checks."""
-    import random
+def soak(minutes: float) -> dict[str, object]:
+    """bench/soak.py's soak for ``minutes`` (however many jobs that makes)."""
+    import soak as soak_bench
 
-    from air_skills import Client
-    from air_skills.runtime.runs.run_index import catch_up
-    from air_skills.runtime.store import results_index
-
-    with scratch_home(gpus=16):
-        client = Client()
-        rng = random.Random(41)
-        ids: list[str] = []
-        end = time.time() + minutes * 60
-        while time.time() < end:
-            live = client.store.read(
-                "SELECT COUNT(*) FROM jobs WHERE status IN ('QUEUED','RUNNING')"
-            )[0][0]
-            if live > 64:
-                time.sleep(0.2)
-                continue
-            secs = rng.choice([0.2, 0.5, 1, 2, 5])
-            code = f"import time; time.sleep({secs}); print('---'); print('loss: {rng.random()}')"
-            ids.append(
-                client.launch(
-                    {
-                        "command": [sys.executable, "-S", "-c", code],
-                        "gpus": rng.choice([0, 1]),
-                        "experiment": f"soak{len(ids) % launchers}",
-                        "sandbox": "off",
-                    }
-                ).job_id  # fmt: skip
-            )
-        infos = client.wait(ids, timeout_s=900, any=False)
-        settled = sum(i.status.is_terminal() for i in infos)
-        events = client.store.read(
-            "SELECT job_id, COUNT(*) FROM events WHERE kind IN ('succeeded','failed','cancelled',"
-            "'timed_out') GROUP BY job_id HAVING COUNT(*) > 1"
-        )
-        catch_up(client.store)
-        index = results_index.read(client.store, ids, "loss")
-        tracker = client.tracker
-        disagree = 0
-        for job_id in ids[:: max(1, len(ids) // 200)]:  # a sample against MLflow itself
-            row = client.store.row(job_id)
-            got = index.get(job_id)
-            want = tracker.latest(str(row.run_id)).get("loss") if row and row.run_id else None
-            if (got.final if got else None) != want:
-                disagree += 1
-        return {
-            "minutes": minutes,
-            "jobs": len(ids),
-            "settled": settled,
-            "settled_twice": len(events),
-            "indexed": len(index),
-            "sample_disagreeing_with_mlflow": disagree,
-            "succeeded": sum(i.status.value == "SUCCEEDED" for i in infos),
-        }
+    args = soak_bench.parser().parse_args(["--minutes", str(minutes), "--jobs", "0"])
+    return soak_bench.soak(args)
 
 
 def main() -> None:
