@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,30 @@ def prestart_launch(home: Path, row: JobRecord) -> Any:
     return command_launch(home, row, spec, gpus)
 
 
+_FORK_LOCK = threading.Lock()
+
+
+def _fork() -> int:
+    """``os.fork()`` with the garbage collector off across it, and left off in the child.
+
+    The children run Python until they exec. In a process with threads (a study host, the MCP
+    server) a collection there can finalize an object whose C library holds a lock that
+    another thread had at the fork: sqlite3_free waiting on SQLite's mutex forever, seen once
+    in 100 hosted studies (a child that never execs; its job's supervisor never starts). The
+    lock keeps one thread's re-enable from landing inside another's fork.
+    """
+    with _FORK_LOCK:
+        collecting = gc.isenabled()
+        gc.disable()
+        pid = -1
+        try:
+            pid = os.fork()
+        finally:
+            if pid != 0 and collecting:
+                gc.enable()
+    return pid
+
+
 # The supervisor's argument instead of a job id: start idle, waiting for a pass to hand it one.
 IDLE = "--idle"
 
@@ -59,7 +85,7 @@ def spawn_supervisor(home: Path, job_id: str, launch: Any = None) -> tuple[int, 
     argv = [sys.executable, "-m", "air_skills.runtime.supervision.supervisor", job_id]
     env = {**os.environ, "AIR_HOME": os.fspath(home)}
     read_end, write_end = os.pipe() if launch is not None else (-1, -1)
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:  # child: no return from here, whatever happens
         try:
             os.setsid()
