@@ -38,6 +38,7 @@ from air_skills.status import JobStatus
 TERMINAL_SQL = "(" + ",".join(f"'{s.value}'" for s in JobStatus if s.is_terminal()) + ")"
 STUDY_TAG = "autoresearch.study.study"  # the tag a study's trials carry (autoresearch/loop)
 ORDERS = ("best", "latest")
+FEW = 1000  # a filter matching at most this many jobs ranks them from the jobs' side
 
 _RESULT_COLUMNS = (
     "key, final_value, final_step, final_finite, low_value, low_step, high_value, high_step, points"
@@ -291,7 +292,9 @@ def leaderboard(
     """Every job that matches ``where`` ranked by ``key``'s best (or latest) value for
     ``direction``, best first (ties: oldest first when minimising, newest first when
     maximising: the order of the index), then the jobs without a finite value for it, newest
-    first; the ``limit`` from ``offset`` on."""
+    first; the ``limit`` from ``offset`` on. The ranking is walked in its index's order and
+    the filters are applied to the jobs met; a filter matching at most FEW jobs is applied
+    first (the same order, sorted)."""
     if order_by not in ORDERS:
         raise ValueError(f"order_by {order_by!r}: use one of {ORDERS}")
     where = where or Where()
@@ -320,6 +323,13 @@ def leaderboard(
         "SELECT COUNT(*) FROM jobs" if where.empty else f"SELECT COUNT(*) FROM jobs j WHERE {cond}",
         () if where.empty else tuple(args),
     )[0][0]
+    if not where.empty and total <= FEW:
+        # A narrow filter (one identity's jobs, a project's): its jobs first, through the
+        # filter's index, then sorted; walking the ranking for its few would read it all.
+        ranked_from = (
+            f"FROM jobs j CROSS JOIN results r ON r.job_id = j.job_id AND r.key=?"
+            f" WHERE r.{col} IS NOT NULL AND {cond}"
+        )
     found = store.read(
         f"SELECT {cols}, {rcols} {ranked_from} ORDER BY r.{col} {way}, r.seq {way}"
         " LIMIT ? OFFSET ?",

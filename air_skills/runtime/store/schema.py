@@ -66,6 +66,8 @@ CREATE INDEX IF NOT EXISTS jobs_class_done ON jobs(job_class, ended_at DESC)
     WHERE status='SUCCEEDED';
 -- Who launched what (the shared board, quotas per identity).
 CREATE INDEX IF NOT EXISTS jobs_launched_by ON jobs(launched_by, status);
+-- A project's jobs: its page and its leaderboard counted and ranked from its own rows.
+CREATE INDEX IF NOT EXISTS jobs_project ON jobs(project, seq);
 -- No experiment twice (store/dedup.py): the same run, and runs differing only in numbers.
 CREATE INDEX IF NOT EXISTS jobs_run_key ON jobs(run_key) WHERE run_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_near_key ON jobs(near_key) WHERE near_key IS NOT NULL;
@@ -183,7 +185,7 @@ CREATE INDEX IF NOT EXISTS results_latest ON results(key, latest_value, seq);
 
 
 RUN_KEYS_SINCE = 9  # the version that added jobs.run_key (store/dedup.py)
-SCHEMA_VERSION = 16  # raise it with every schema change: older homes gain the new columns
+SCHEMA_VERSION = 17  # raise it with every schema change: older homes gain the new columns
 
 
 def _schema_columns() -> dict[str, dict[str, str]]:

@@ -98,6 +98,12 @@ def test_leaderboard_finds_the_oldest_of_1500(client) -> None:
         if cursor is None:
             break
     assert len(seen) == 1500 and set(seen) == set(ids)
+    # A filter matching more than results_index.FEW jobs walks the ranking, one matching
+    # fewer ranks its own jobs: the same order either way.
+    broad = client.list(metric="loss", order_by="best", experiment="lb", limit=5)
+    narrow = client.list(metric="loss", order_by="best", config={"seed": 0}, limit=5)
+    assert [i.job_id for i in broad.items] == ids[:5] and broad.total == 1500
+    assert [i.job_id for i in narrow.items] == ids[0:15:3] and narrow.total == 500
     # The scores the MCP tools and seed groups read come from the same rows.
     score = client.scores([ids[0]], "loss")[ids[0]]
     assert (score["best"], score["best_step"], score["latest"], score["step"]) == (
@@ -132,6 +138,31 @@ def test_leaderboard_filters(client) -> None:
     )
     assert [r.job_id for r, _ in tail.rows] == bare and tail.ranked == 30  # counted: past them
     assert isinstance(board.rows[0][1], MetricResult)
+
+
+def test_a_narrow_filter_ranks_ties_and_pages_as_the_whole_board(client) -> None:
+    """One identity's jobs among many (fewer than results_index.FEW match): ranked from its
+    own rows, ties in the order of the whole board (oldest first when minimising, newest
+    first when maximising), paged by cursor; the jobs without the metric last."""
+    store = client.store
+    _fill(store, 40, lambda i: 1.0 + i % 4)  # others' jobs, interleaved
+    mine = _fill(store, 9, lambda i: float(i % 3))  # values 0,1,2,0,1,2,...: ties
+    with store.tx() as c:
+        c.executemany("UPDATE jobs SET launched_by='ann' WHERE job_id=?", [(j,) for j in mine])
+    whole = client.list(metric="loss", order_by="best", limit=1000)
+    want = [i.job_id for i in whole.items if i.job_id in mine]
+    assert want == [mine[i] for i in (0, 3, 6, 1, 4, 7, 2, 5, 8)]
+    seen, cursor = [], None
+    while True:
+        p = client.list(metric="loss", order_by="best", launched_by="ann", limit=4, cursor=cursor)
+        seen += [i.job_id for i in p.items]
+        assert p.total == 9
+        cursor = p.next_cursor
+        if cursor is None:
+            break
+    assert seen == want
+    top = client.list(metric="loss", order_by="best", direction="maximize", launched_by="ann")
+    assert [i.job_id for i in top.items] == [mine[i] for i in (8, 5, 2, 7, 4, 1, 6, 3, 0)]
 
 
 def _mlflow_summary(client, run_id: str) -> dict[str, MetricResult]:
