@@ -41,8 +41,15 @@ def _statuses(cwd: Path) -> dict[str, int]:
     return counts
 
 
-def sweep(n: int, work: Path) -> tuple[float, float, dict[str, int], dict[str, int]]:
-    """One `air launch --seeds 0,...` of n jobs, then `air cancel BATCH`: (s, s, statuses)."""
+def sweep(
+    n: int, work: Path, hold: bool = False
+) -> tuple[float, float, dict[str, int], dict[str, int]]:
+    """One `air launch --seeds 0,...` of n jobs, then `air cancel BATCH`: (s, s, statuses).
+    ``hold``: the 4 GPUs are held by other jobs first, so all n queue (the cancel then ends
+    queued jobs only; otherwise it also waits for the 4 running ones to end)."""
+    if hold:
+        for _ in range(4):
+            _run([*AIR, "launch", "--gpus", "1", "--", *JOB], work)
     seeds = ",".join(map(str, range(n)))
     took, text = _run([*AIR, "launch", "--gpus", "1", "--seeds", seeds, "--", *JOB], work)
     batch = re.findall(r"batch-[0-9a-z]+", text)[-1]
@@ -88,6 +95,9 @@ def main() -> None:
     with scratch_home(gpus=4, AIR_SANDBOX="off"):
         took, cancel_s, queued, after = sweep(args.jobs, work)
     with scratch_home(gpus=4, AIR_SANDBOX="off"):
+        held_took, held_cancel_s, held_queued, _ = sweep(args.jobs, work, hold=True)
+        subprocess.run([*AIR, "cancel", "--all"], cwd=work, capture_output=True)
+    with scratch_home(gpus=4, AIR_SANDBOX="off"):
         base_launch, base_cancel = calls_of_100(args.jobs, work)
     rows = [
         ["to queued (s)", took, base_launch, took / base_launch, 10.0, verdict(took, 10.0, False)],
@@ -99,7 +109,11 @@ def main() -> None:
             2.0,
             verdict(cancel_s, 2.0, False),
         ],
-    ]
+        ["to queued, GPUs held (s)", held_took, base_launch, held_took / base_launch, 10.0,
+         verdict(held_took, 10.0, False)],
+        ["cancel, all queued (s)", held_cancel_s, base_cancel, held_cancel_s / base_cancel, 2.0,
+         verdict(held_cancel_s, 2.0, False)],
+    ]  # fmt: skip
     print(f"{args.jobs} jobs, 4 simulated GPUs, load {load:.1f} at the start")
     print(
         table(
@@ -114,7 +128,8 @@ def main() -> None:
             rows,
         )
     )
-    print(f"after the sweep: {queued}; after its cancel: {after}")
+    print(f"after the sweep: {queued}; after its cancel: {after}; GPUs held: {held_queued}")
+    print(f"load at the end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
