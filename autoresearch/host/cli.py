@@ -45,6 +45,15 @@ def commands(guard: Callable[..., Any]) -> typer.Typer:
         host.run()
         if as_json:
             print(json.dumps({"host_dir": str(host.dir), "studies": host.outcome}, indent=2))
+        if any(t.is_alive() for t in host.threads.values()):
+            # a study still inside a step (an LLM call, a launch) past the stop's grace: end
+            # now, as a kill would; its journal resumes it on the next `host run`
+            import os
+            import sys
+
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
     @host_app.command("add")
     @guard
@@ -98,6 +107,8 @@ def commands(guard: Callable[..., Any]) -> typer.Typer:
             trials = f"{s['trials_used']}/{s['trials_limit']}" if s.get("trials_limit") else "-"
             best = "" if s.get("best") is None else f"  best {s['best']:.5g}"
             print(f"  {s['name']:<24} {s['state']:<12} trials {trials:<8}{best}  {s['study_dir']}")
+            if s["state"] in ("failed", "unreadable") and s.get("error"):
+                print(f"    {s['error'][:300]}")
 
     @host_app.command("stop")
     @guard

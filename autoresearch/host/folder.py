@@ -85,7 +85,7 @@ def add_specs(
         try:
             study = check_runnable(load_study(source))
         except AirError as exc:
-            problems.append(f"{source}: [{exc.code}] {exc}")
+            problems.append(f"{source}: [{exc.code}] {exc.message}")
             continue
         folder = Path(study_dir).expanduser().resolve() if study_dir else default_study_dir(study)
         if study.name in held:

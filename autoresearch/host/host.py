@@ -211,9 +211,9 @@ class StudyHost:
         return True
 
     def _refused(self, spec: Path, failed: Path, exc: AirError) -> None:
-        why = {"code": exc.code, "message": str(exc), "ts": time.time()}
+        why = {"code": exc.code, "message": exc.message, "hint": exc.hint, "ts": time.time()}
         write_private(failed, json.dumps(why))
-        self.log(f"{spec.name}: refused: [{exc.code}] {exc}")
+        self.log(f"{spec.name}: refused: {exc}")
 
     # --- one study ---
 
@@ -232,7 +232,7 @@ class StudyHost:
             outcome = "interrupted: the next host run resumes it"
         except Exception as exc:  # this study fails (a bug in its path too); the others go on
             if isinstance(exc, AirError):
-                code, outcome = exc.code, f"failed: [{exc.code}] {exc}"
+                code, outcome = exc.code, f"failed: {exc}"
             else:
                 loop_log("".join(traceback.format_exception(exc)))
                 code, outcome = "study-crashed", f"failed: {type(exc).__name__}: {exc}"

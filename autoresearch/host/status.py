@@ -43,7 +43,7 @@ def host_status(given: str | Path | None = None) -> dict[str, Any]:
     for name, spec, study_dir, study in _hosted(folder):
         row: dict[str, Any] = {"name": name, "spec": str(spec), "study_dir": str(study_dir)}
         if isinstance(study, AirError):
-            row.update(state="failed", error=f"[{study.code}] {study}")
+            row.update(state="failed", error=str(study))
         elif isinstance(study, dict):
             row.update(state="failed", error=study.get("message"))
         elif not Journal(study_dir).exists():
@@ -52,7 +52,7 @@ def host_status(given: str | Path | None = None) -> dict[str, Any]:
             try:
                 s = get_study(study_dir)
             except AirError as exc:
-                row.update(state="unreadable", error=f"[{exc.code}] {exc}")
+                row.update(state="unreadable", error=str(exc))
             else:
                 trials = s["budget"]["trials"]
                 row.update(
