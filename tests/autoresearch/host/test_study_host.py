@@ -108,7 +108,7 @@ def test_a_hundred_studies_in_one_host_keep_their_budgets_and_resume_after_a_kil
 
     host, workdir, log = tmp_path / "host", tmp_path / "wd", tmp_path / "host.out"
     workdir.mkdir()
-    budgets = {f"s{i:03d}": 1 + i % 2 for i in range(100)}  # 1 or 2 trials: 150 in all
+    budgets = {f"s{i:03d}": 1 + (i % 4 == 0) for i in range(100)}  # 1 or 2 trials: 125 in all
     added = add(tmp_path, host, *(spec(n, b, workdir=workdir) for n, b in budgets.items()))
     folders = dict(zip(budgets, added, strict=True))
     assert len(set(folders.values())) == 100
