@@ -4,6 +4,7 @@ Layout (default ``AIR_HOME/host``, owner-only)::
 
     specs/<name>.yaml   a study spec (``autoresearch host add``, or a file dropped in)
     specs/<name>.dir    the study's folder, when not AIR_HOME/studies/<name>
+    specs/<name>.failed.json   why that study could not start (``host add`` again clears it)
     host.json           the running host's pid, start time and host name
     .host.lock          a POSIX lock held while the host runs (dropped by the kernel at a kill)
     host.log            what the host said
@@ -33,6 +34,7 @@ HOST_FILE = "host.json"
 HOST_LOCK = ".host.lock"
 HOST_LOG = "host.log"
 DIR_SUFFIX = ".dir"
+FAILED_SUFFIX = ".failed.json"  # beside a spec whose study could not start or crashed: why
 
 
 def host_dir(given: str | Path | None = None) -> Path:
@@ -78,9 +80,10 @@ def add_specs(
     from autoresearch.journal.journal import Journal
     from autoresearch.study.study import check_runnable, default_study_dir, dump_study, load_study
 
-    held = {_name_of(p): p for p in spec_files(host)}
+    held: dict[str | None, Path] = {_name_of(p): p for p in spec_files(host)}
     problems: list[str] = []
     ready = []
+    replaced: dict[str, Path] = {}
     for source in sources:
         try:
             study = check_runnable(load_study(source))
@@ -88,7 +91,10 @@ def add_specs(
             problems.append(f"{source}: [{exc.code}] {exc.message}")
             continue
         folder = Path(study_dir).expanduser().resolve() if study_dir else default_study_dir(study)
-        if study.name in held:
+        spec = held.get(study.name)
+        if spec is not None and spec.with_name(spec.stem + FAILED_SUFFIX).exists():
+            replaced[study.name] = spec  # it could not start: added again after the fix
+        elif spec is not None:
             problems.append(f"{source}: host already runs a study named {study.name!r}")
         elif Journal(folder).exists() and not resume:
             problems.append(f"{source}: study folder {folder} already holds a journal")
@@ -104,6 +110,10 @@ def add_specs(
     specs = specs_dir(host)
     out = []
     for study, folder in ready:
+        old = replaced.get(study.name)
+        if old is not None:
+            old.with_name(old.stem + FAILED_SUFFIX).unlink(missing_ok=True)
+            old.unlink(missing_ok=True)
         if study_dir:
             write_private(specs / f"{study.name}{DIR_SUFFIX}", str(folder) + "\n")
         path = specs / f"{study.name}.yaml"

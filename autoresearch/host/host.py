@@ -30,6 +30,7 @@ from typing import Any
 
 from air_skills.errors import AirError
 from autoresearch.host.folder import (
+    FAILED_SUFFIX,
     HOST_LOG,
     HostLock,
     spec_files,
@@ -43,7 +44,6 @@ from autoresearch.study.folder import LOOP_LOG, loop_alive, write_private
 HOST_WAIT_S = 30.0  # a hosted study's longest sleep when nothing happens (the waiter wakes it)
 SCAN_S = 2.0  # how often the host looks for new specs
 STOP_JOIN_S = 20.0  # how long a stopping host waits for its studies to end their sessions
-FAILED_SUFFIX = ".failed.json"  # beside a spec whose study could not start: why
 
 
 class HostStopping(KeyboardInterrupt):
@@ -112,6 +112,7 @@ class StudyHost:
         self.threads: dict[str, threading.Thread] = {}  # study name -> its thread
         self.outcome: dict[str, str] = {}  # study name -> how its thread ended
         self._known: dict[Path, float] = {}  # spec -> its mtime when looked at
+        self._held: set[Path] = set()  # specs whose folder another process's loop holds
         self._lock = threading.Lock()
 
     def log(self, line: str) -> None:
@@ -163,9 +164,14 @@ class StudyHost:
                 mtime = spec.stat().st_mtime
             except OSError:
                 continue
-            if self._known.get(spec) == mtime or spec.name.endswith(FAILED_SUFFIX):
+            if self._known.get(spec) == mtime:
                 continue
-            if self._consider(spec):
+            try:
+                settled = self._consider(spec)
+            except Exception as exc:  # an unreadable journal, a folder refused: that spec only
+                self.log(f"{spec.name}: not started: {type(exc).__name__}: {str(exc)[:300]}")
+                settled = True
+            if settled:
                 self._known[spec] = mtime
 
     def _consider(self, spec: Path) -> bool:
@@ -195,7 +201,10 @@ class StudyHost:
             return True  # finished or failed: it stays so (`autoresearch run DIR --resume`)
         alive = loop_alive(folder)
         if alive:
-            self.log(f"[{name}] its folder is held by the loop of pid {alive.get('pid')}: later")
+            if spec not in self._held:
+                self._held.add(spec)
+                self.log(f"[{name}] its folder is held by the loop of pid {alive.get('pid')}:"
+                         " started once that loop ends, if the study has not stopped")  # fmt: skip
             return False
         thread = threading.Thread(
             target=self._run_study,

@@ -7,12 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError, NotFound
-from autoresearch.host.folder import check_name, host_alive, host_dir, spec_files, study_dir_of
+from autoresearch.host.folder import (
+    FAILED_SUFFIX,
+    check_name,
+    host_alive,
+    host_dir,
+    spec_files,
+    study_dir_of,
+)
 
 
 def _hosted(folder: Path) -> list[tuple[str, Path, Path, Any]]:
     """(name, spec, study folder, study or error) of each spec in the host folder."""
-    from autoresearch.host.host import FAILED_SUFFIX
     from autoresearch.study.study import load_study
 
     out = []

@@ -225,13 +225,17 @@ def test_one_study_fails_or_is_stopped_and_the_others_go_on(
     assert view["doomed"]["state"] == "failed"
     assert "FileNotFoundError" in view["doomed"]["error"], view["doomed"]
 
-    # started again, the host leaves the studies that ended as they are
+    # the failed one, fixed and added again, replaces its failed spec; started again, the host
+    # runs it and leaves the studies that ended as they are
+    (again,) = add(tmp_path, host, spec("doomed", 1, workdir=workdir))
+    assert not list((host / "specs").glob("*.failed.json"))
     proc = start_host(host, log)
     try:
-        wait_until(lambda: "studies:" in (host / "host.log").read_text().split("\n")[-2],
-                   timeout_s=60)  # fmt: skip
+        wait_until(lambda: Journal(again).exists() and stopped(again), timeout_s=180,
+                   every_s=0.2)  # fmt: skip
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
+    assert replay(events(again)).stopped["reason"] == "budget:trials"  # type: ignore[index]
     assert len(events(good, "session_started")) == 1
     assert len(events(slow, "session_started")) == 1
