@@ -472,7 +472,9 @@ def demo(
     ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Run a small study on the bundled MLP example: no GPU, no server, a few minutes."""
+    """Run a small study on the bundled MLP example: no GPU, no server, a few minutes.
+
+    Exit status as `run`'s: 0 the study finished, 3 it ran and failed."""
     from autoresearch.api import get_study
     from autoresearch.loop.loop import run_study
 
@@ -500,7 +502,14 @@ def demo(
     summary = get_study(result.study_dir)
     if as_json:
         _print_json(summary)
-        return
+    else:
+        _print_demo_summary(summary, result, page is not None, folder)
+    if summary["state"] == "failed":  # as `run`: a demo whose study failed is not a success
+        err.print(f"demo study failed: exit {STUDY_FAILED_EXIT}", highlight=False)
+        raise typer.Exit(STUDY_FAILED_EXIT)
+
+
+def _print_demo_summary(summary: dict[str, Any], result: Any, paged: bool, folder: Path) -> None:
     _print_summary(summary)
     best = summary.get("best")
     if best:
@@ -524,7 +533,7 @@ def demo(
         from autoresearch.study.folder import PLOT_FILE
 
         out.print(f"plot:   {Path(summary['report']).with_name(PLOT_FILE)}")
-    if page is not None:  # its page ended with it: how to open it again
+    if paged:  # its page ended with it: how to open it again
         out.print(f"page:   stopped with the demo; reopen it: autoresearch serve {folder}")
 
 

@@ -44,3 +44,24 @@ def test_the_demo_shows_a_win_and_prints_the_report_and_plot(
     plot = re.search(r"^plot:\s+(\S+)$", done.stdout, re.M)
     assert report and Path(report.group(1)).is_file()
     assert plot and Path(plot.group(1)).is_file() and plot.group(1).endswith(".png")
+
+
+def test_a_demo_whose_study_fails_exits_3(air_home: Path, tmp_path: Path) -> None:
+    """As `autoresearch run`: a demo whose baseline fails says so and exits 3, not 0. The demo
+    finds examples/mlp under the current folder first: here a copy whose script fails."""
+    import shutil
+
+    mlp = tmp_path / "examples" / "mlp"
+    shutil.copytree(find_examples() / "mlp", mlp)
+    (mlp / "train.py").write_text("import sys\nsys.exit('broken on purpose')\n")
+    bin_dir = Path(sys.executable).parent
+    done = subprocess.run(
+        [str(bin_dir / "autoresearch"), "demo", "--trials", "3", "--no-page"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "COLUMNS": "200"},
+        timeout=600,
+    )
+    assert done.returncode == 3, (done.stdout[-1500:], done.stderr[-1500:])
+    assert "demo study failed: exit 3" in done.stderr
