@@ -141,3 +141,8 @@ def run(studies: int, budget: int, step: float) -> int:
         f" load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
     return report(results, regret=False)
+
+
+if __name__ == "__main__":  # bench/overfit.py --task mlp runs it: STUDIES BUDGET STEP
+    studies, budget, step = sys.argv[1:4]
+    raise SystemExit(run(int(studies), int(budget), float(step)))
