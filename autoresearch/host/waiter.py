@@ -26,7 +26,7 @@ from autoresearch.study.folder import STOP_FILE
 from autoresearch.study.steer_requests import STEER_DIR
 
 TICK_S = 0.25  # how often the waiter looks for a change in the store
-FILES_S = 0.5  # how often it looks for stop and steer requests in the study folders
+FILES_S = 1.0  # how often it looks for stop and steer requests in the study folders
 RECONCILE_S = 5.0  # how often it settles jobs whose supervisor died and looks for stalls
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT")
 
@@ -39,6 +39,10 @@ class _Wait:
     since: float
     event: threading.Event = field(default_factory=threading.Event)
     fresh: bool = True  # not looked at yet: its jobs may have ended before it began
+
+    def __post_init__(self) -> None:  # looked at every FILES_S: plain strings, no pathlib
+        self.stop_file = os.path.join(self.folder, STOP_FILE)
+        self.steer_dir = os.path.join(self.folder, STEER_DIR)
 
 
 class SharedWaiter:
@@ -115,7 +119,7 @@ class SharedWaiter:
                 if now - last_files >= FILES_S:
                     last_files = now
                     for w in waits:
-                        if _requested(w.folder):
+                        if _requested(w):
                             w.event.set()
             except Exception as exc:  # the studies' own waits time out: they go on regardless
                 self.log(f"host waiter: {type(exc).__name__}: {str(exc)[:200]}")
@@ -153,12 +157,12 @@ class SharedWaiter:
                 w.event.set()
 
 
-def _requested(folder: Path) -> bool:
-    """A stop or steer request waits in the study folder."""
-    if (folder / STOP_FILE).exists():
+def _requested(w: _Wait) -> bool:
+    """A stop or steer request waits in the study's folder."""
+    if os.path.exists(w.stop_file):
         return True
     with contextlib.suppress(OSError):
-        return any(n.endswith(".json") for n in os.listdir(folder / STEER_DIR))
+        return any(n.endswith(".json") for n in os.listdir(w.steer_dir))
     return False
 
 
