@@ -142,6 +142,25 @@ def writer_alive(home: Path) -> bool:
     return False
 
 
+# The writers this process started: a supervisor is a subreaper, and its sweep of what a job
+# left behind must not kill them (the next write would wait for a cold writer's MLflow import).
+_STARTED: list[int] = []
+
+
+def writer_pids(home: Path) -> list[int]:
+    """The pids of the home's writer (its pid file) and of the writers this process started
+    (one still importing MLflow has not written its pid yet): for a sweep to spare."""
+    pids = list(_STARTED)
+    try:
+        pid = int((spool(home) / PID).read_text())
+        with open(f"/proc/{pid}/cmdline", "rb") as f:  # not a stale pid taken by another
+            if b"tracking_writer" in f.read():
+                pids.append(pid)
+    except (OSError, ValueError):
+        pass
+    return pids
+
+
 def ensure_writer(home: Path) -> None:
     """Start the home's writer unless one runs (two racing starters: one keeps the lock,
     the other exits at once)."""
@@ -149,7 +168,7 @@ def ensure_writer(home: Path) -> None:
         return
     log = os.open(spool(home) / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     try:
-        subprocess.Popen(
+        started = subprocess.Popen(
             [sys.executable, "-m", "air_skills.runtime.runs.tracking_writer", str(home)],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -158,8 +177,17 @@ def ensure_writer(home: Path) -> None:
             close_fds=True,
             cwd=str(home),  # not the starter's folder (a job's workdir may go away)
         )
+        _STARTED[:] = [p for p in _STARTED if _running(p)] + [started.pid]
     finally:
         os.close(log)
+
+
+def _running(pid: int) -> bool:
+    """Whether a writer this process started still runs (an ended one is reaped here)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False
 
 
 class RemoteTracker:

@@ -27,6 +27,7 @@ from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision import disk_cap, gpu_checks, stall
 from air_skills.runtime.supervision.data_recheck import DataRecheck
+from air_skills.tracking import writer as tracking_writer
 
 
 class AttemptEndMixin:
@@ -64,8 +65,13 @@ class AttemptEndMixin:
         # their subreaper) whatever left the group: a `setsid` child must not keep its GPU.
         proc.kill_group(self.child.pid, signal.SIGKILL)
         if proc.is_subreaper():
-            # Not the next job's sandbox made ahead (sandbox_ahead.py): this process's own.
-            spare = [*self.store.supervisor_pids(), *sandbox_ahead.pids()]
+            # Not the next job's sandbox made ahead (sandbox_ahead.py): this process's own; nor
+            # the home's tracking writer when this process started it (the run's end needs it).
+            spare = [
+                *self.store.supervisor_pids(),
+                *sandbox_ahead.pids(),
+                *tracking_writer.writer_pids(self.home),
+            ]
             proc.sweep_descendants(spare=spare)
         else:  # no subreaper here: the attempt's processes are found by their environment
             proc.sweep_job(self.job_id, self.row.attempts)

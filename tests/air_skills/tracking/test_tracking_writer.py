@@ -131,3 +131,28 @@ def test_writes_queued_without_waiting_are_applied_and_leave_no_reply(client: Cl
     assert run.info.run_name == "filled" and run.data.params["lr"] == "0.1"
     assert run.data.tags["k"] == "v" and run.data.tags["after"] == "fill"
     assert not [p for p in writer.spool(home).iterdir() if p.name.startswith("res-")]
+
+
+def test_a_jobs_end_leaves_the_homes_writer_running(client: Client) -> None:
+    """A supervisor (a subreaper) sweeps what its job left behind, but not the home's writer
+    that it started: the writer that served the job's start still runs once the job is
+    cancelled, and it ended the job's run KILLED (no second writer had to import MLflow)."""
+    info = client.launch({"command": [PY, "-c", "import time; time.sleep(120)"], "gpus": 0})
+    home = client.home
+    deadline = time.monotonic() + 240
+    while True:  # running, its run completed through the writer
+        row = client.store.row(info.job_id)
+        assert row is not None and row.status in ("QUEUED", "RUNNING"), row
+        pid_file = writer.spool(home) / writer.PID
+        if row.status == "RUNNING" and row.job_pid and pid_file.exists():
+            if writer.writer_alive(home):
+                break
+        assert time.monotonic() < deadline, "the job or its writer never started"
+        time.sleep(0.05)
+    pid = int(pid_file.read_text())
+    started = Path(f"/proc/{pid}/stat").read_text().split()[21]
+    done = client.cancel(info.job_id)
+    assert done.status.value == "CANCELLED", done.message
+    assert Path(f"/proc/{pid}/stat").read_text().split()[21] == started  # the same process
+    assert int(pid_file.read_text()) == pid
+    assert client.tracker.client.get_run(done.run_id).info.status == "KILLED"
