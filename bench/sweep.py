@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,34 @@ def sweep(
     return took, cancel_s, queued, _statuses(work)
 
 
+def running_cancel(work: Path, n: int = 4) -> tuple[float, list[float]]:
+    """A sweep of ``n`` jobs that all run (one GPU each), cancelled once each has run a few
+    seconds: `air cancel BATCH`'s seconds, and each job's stop request to its CANCELLED record
+    (the events 'stop-cancel' -> 'cancelled' in air.db), in seconds."""
+    _, text = _run([*AIR, "launch", "--gpus", "1", "--seeds", ",".join(map(str, range(n))),
+                    "--", *JOB], work)  # fmt: skip
+    batch = re.findall(r"batch-[0-9a-z]+", text)[-1]
+    db = sqlite3.connect(Path(os.environ["AIR_HOME"]) / "air.db")
+    deadline = time.monotonic() + 300
+    # Their commands run (a fresh home's first jobs wait for their MLflow runs to be made).
+    running = "SELECT count(*) FROM jobs WHERE status='RUNNING' AND job_pid IS NOT NULL"
+    while db.execute(running).fetchone()[0] < n:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the {n} jobs never all ran: {_statuses(work)}")
+        time.sleep(0.2)
+    time.sleep(3.0)  # the jobs run: their runs completed, their supervisors watching
+    cancel_s, _ = _run([*AIR, "cancel", batch], work)
+    try:
+        events = db.execute(
+            "SELECT job_id, kind, ts FROM events WHERE kind IN ('stop-cancel', 'cancelled')"
+        ).fetchall()
+    finally:
+        db.close()
+    asked = {j: ts for j, kind, ts in events if kind == "stop-cancel"}
+    ended = {j: ts for j, kind, ts in events if kind == "cancelled"}
+    return cancel_s, [ended[j] - asked[j] for j in asked if j in ended]
+
+
 def calls_of_100(n: int, work: Path) -> tuple[float, float]:
     """The same n jobs as n/100 launch_many calls of 100 (an agent's MCP path), then each
     job cancelled by its id (no batch): the baseline."""
@@ -89,9 +118,20 @@ print(launched, time.perf_counter() - t)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument(
+        "--running-only", action="store_true", help="only the cancel of 4 running jobs"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="air-sweep-"))
     load = os.getloadavg()[0]
+    with scratch_home(gpus=4, AIR_SANDBOX="off"):
+        run_cancel_s, latencies = running_cancel(work)
+    print(
+        f"cancel of a sweep of 4 running jobs: {run_cancel_s:.2f} s; stop request to CANCELLED"
+        f" per job: {', '.join(f'{x:.2f}' for x in sorted(latencies))} s (load {load:.1f})"
+    )
+    if args.running_only:
+        return
     with scratch_home(gpus=4, AIR_SANDBOX="off"):
         took, cancel_s, queued, after = sweep(args.jobs, work)
     with scratch_home(gpus=4, AIR_SANDBOX="off"):
