@@ -255,3 +255,30 @@ def write_in(
     written through a fresh temp file (JobFolder.write)."""
     with JobFolder.open(folder) as f:
         f.write(name, data, mode)
+
+
+def write_fresh(
+    folder: str | os.PathLike[str], name: str, data: bytes | str, mode: int = 0o644
+) -> None:
+    """``folder/name`` holds ``data``, for a launch's build folder (``jobs/.tmp-<id>``: only
+    this launch has written in it, and a crash before its COMMIT discards it whole): the file
+    made new (``O_EXCL``, no link followed) and written in one go, 3 calls, no temp name to
+    rename. When anything stands at the name already, as ``write_in`` (replaced, never
+    written through)."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    try:
+        fd = os.open(os.path.join(folder, _name(name)), _NEW, mode)
+    except FileExistsError:
+        write_in(folder, name, raw, mode)
+        return
+    try:
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, name))
+        raise

@@ -14,7 +14,7 @@ from air_skills.backends.info import row_to_info
 from air_skills.backends.sandboxing import resolve_sandbox
 from air_skills.errors import InsufficientGpus, NotFound
 from air_skills.gpu.providers import provider
-from air_skills.home import write_launch_env
+from air_skills.home import home_checked, write_launch_env
 from air_skills.runtime.code.job_code import CodePlan, plan_code
 from air_skills.runtime.execution.job_env import launch_environment
 from air_skills.runtime.execution.sandbox import describe
@@ -24,6 +24,7 @@ from air_skills.runtime.launch.launch_check import program_path
 from air_skills.runtime.launch.launch_run import claim_run, give_back_run
 from air_skills.runtime.launch.prepare import (
     LaunchContext,
+    check_reserve,
     discard_prepared,
     disk_full_named,
     find_by_idempotency_key,
@@ -73,40 +74,17 @@ class LocalBackend:
         """Queue jobs as one (a batch's items): each checked and its folder built as a launch
         of its own, then all recorded, renamed into place and scheduled in one transaction
         (a refusal or failure of any: none queued, their folders and claimed runs discarded).
-        Each item's record; an item whose idempotency key a job holds gets that job."""
+        Each item's record; an item whose idempotency key a job holds gets that job. The
+        home's checks (its safety, the disk reserve) are made once for the group."""
         store = self.runtime.store
         held: dict[int, JobRecord] = {}
         todo: list[tuple[int, JobSpec, PreparedJob]] = []
         environment = launch_environment(os.environ)  # the same for every item
+        home = self.runtime.home
         try:
-            for n, spec in enumerate(specs):
-                self._check_gpus(spec)
-                spec = resolve_sandbox(spec, self.runtime.home)  # `on` without one: refused
-                existing = find_by_idempotency_key(
-                    store, spec.idempotency_key, spec.model_dump(mode="json")
-                )  # the same spec: its job; a different one: idempotency-conflict
-                if existing is not None:
-                    held[n] = existing
-                    continue
-                spec, image = resolve_image(spec)  # its ID now: an unknown image is refused
-                code = self._code(spec)  # snapshot and patch checked: a refusal leaves nothing
-                precheck(store, spec, code.snapshot.digest if code else None)  # nothing made
-                job = prepare_job(
-                    self.runtime,
-                    name=job_name(spec.name, spec.command),
-                    config=spec.config,
-                    data=spec.data,
-                    track=spec.track,
-                    experiment=spec.experiment,
-                    tags={**spec.tags, **image_tags(image), **launcher_tag(spec)},
-                    code=code,
-                    run_later=True,  # the supervisor completes (or makes) the run: job_run.py
-                )
-                todo.append((n, spec, job))
-                attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
-                with disk_full_named(self.runtime.home / "jobs"):
-                    # Whichever process starts the job, it gets this environment.
-                    write_launch_env(job.jdir, environment)
+            with home_checked(home):
+                check_reserve(home)  # a job that filled the disk leaves air room for its state
+                self._prepare_group(specs, held, todo, environment)
             gpus = passes.schedulable_gpus(store) if todo else ()
         except BaseException:
             for _, _, job in todo:
@@ -145,6 +123,46 @@ class LocalBackend:
         if got:
             self.reconcile()
         return [held[n] if n in held else self._row(got[n]) for n in range(len(specs))]
+
+    def _prepare_group(
+        self,
+        specs: Sequence[JobSpec],
+        held: dict[int, JobRecord],
+        todo: list[tuple[int, JobSpec, PreparedJob]],
+        environment: dict[str, str],
+    ) -> None:
+        """Check each item and build its folder (into ``todo``; a held key's job into
+        ``held``): the caller discards ``todo``'s folders if any item fails."""
+        store = self.runtime.store
+        for n, spec in enumerate(specs):
+            self._check_gpus(spec)
+            spec = resolve_sandbox(spec, self.runtime.home)  # `on` without one: refused
+            existing = find_by_idempotency_key(
+                store, spec.idempotency_key, spec.model_dump(mode="json")
+            )  # the same spec: its job; a different one: idempotency-conflict
+            if existing is not None:
+                held[n] = existing
+                continue
+            spec, image = resolve_image(spec)  # its ID now: an unknown image is refused
+            code = self._code(spec)  # snapshot and patch checked: a refusal leaves nothing
+            precheck(store, spec, code.snapshot.digest if code else None)  # nothing made
+            job = prepare_job(
+                self.runtime,
+                name=job_name(spec.name, spec.command),
+                config=spec.config,
+                data=spec.data,
+                track=spec.track,
+                experiment=spec.experiment,
+                tags={**spec.tags, **image_tags(image), **launcher_tag(spec)},
+                code=code,
+                run_later=True,  # the supervisor completes (or makes) the run: job_run.py
+                reserve_checked=True,  # once for the group: queue_group
+            )
+            todo.append((n, spec, job))
+            attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))
+            with disk_full_named(self.runtime.home / "jobs"):
+                # Whichever process starts the job, it gets this environment.
+                write_launch_env(job.jdir, environment)
 
     def cancel(self, record: JobRecord, reason: str, wait_s: float) -> JobInfo:
         """A queued job ends at once; a running one is stopped by its supervisor (SIGTERM,

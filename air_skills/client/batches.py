@@ -58,8 +58,10 @@ class BatchMixin:
         from air_skills.backends.info import row_to_info
         from air_skills.models import JobSpec
         from air_skills.runtime.launch import duplicates
+        from air_skills.runtime.launch.prepare import check_reserve
 
-        ready = [self._ready(JobSpec.parse(s), False, None, False, True)[0] for s in specs]
+        check_reserve(self.home)  # once for the group (each item's _ready skips it)
+        ready = [self._ready(JobSpec.parse(s), False, None, False, True, False)[0] for s in specs]
         names = {r.backend for r in ready}
         backend = self.backend(ready[0].backend) if len(names) == 1 else None
         if not hasattr(backend, "queue_group"):

@@ -93,12 +93,19 @@ class LaunchMixin:
         return reply
 
     def _ready(
-        self, spec: Any, dry_run: bool, snapshot: Any, strict: bool, batch: bool
+        self,
+        spec: Any,
+        dry_run: bool,
+        snapshot: Any,
+        strict: bool,
+        batch: bool,
+        reserve: bool = True,
     ) -> tuple[Any, list[str]]:
         """A checked spec (a JobSpec or a SpecView) made ready to launch: the home's default
         backend, who launches, duplicates, its folder and data resolved; its command checked
         (``problems``: why it would not start; refused unless a dry run that is not strict)
-        and, for a real launch, the disk reserve."""
+        and, for a real launch, the disk reserve (unless ``reserve`` is False: a batch's
+        group checks it once)."""
         if "backend" not in spec.model_fields_set and self.store.setting("backend"):
             # AIR_HOME's default backend (python -m air_skills.backends.ray config --backend)
             spec = spec.model_copy(update={"backend": self.store.setting("backend")})
@@ -110,7 +117,7 @@ class LaunchMixin:
         problems = check_command(spec, snapshot) if dry_run or spec.check_command else []
         if problems and (strict or not dry_run):  # `pyhton`, `trian.py`: refused, none queued
             raise refuse(problems, dry_run)
-        if not dry_run:  # under AIR_DISK_RESERVE_MB: refused before a snapshot is written
+        if not dry_run and reserve:  # under AIR_DISK_RESERVE_MB: refused before a snapshot
             check_reserve(self.home)
         return spec, problems
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import InvalidSpec
+from air_skills.job_folder import write_fresh
 from air_skills.runtime.code.snapshot import Snapshot, build_view, dirty_diff, take_snapshot
 from air_skills.runtime.code.snapshot_store import code_root, read_blob
 
@@ -217,8 +218,8 @@ def materialize(
     method = build_view(home, plan.snapshot.manifest, view, plan.overrides, present=present)
     if present:
         method = "written" if method == "written" else f"written+{method}"
-    cwd = view / plan.snapshot.cwd if plan.snapshot.cwd else view
-    cwd.mkdir(parents=True, exist_ok=True)  # a workdir with no files of its own
+    if plan.snapshot.cwd:  # a workdir with no files of its own (build_view made the view)
+        (view / plan.snapshot.cwd).mkdir(parents=True, exist_ok=True)
     if plan.patch is not None:
         (jdir / PATCH_FILE).write_text(plan.patch, encoding="utf-8")
     info = plan.info()
@@ -236,7 +237,7 @@ def materialize(
         "snapshot_s": round(plan.seconds, 4),
         "view_s": round(time.perf_counter() - started, 4),
     }
-    (jdir / CODE_RECORD).write_text(json.dumps(record, indent=1))
+    write_fresh(jdir, CODE_RECORD, json.dumps(record, indent=1))
     return info
 
 

@@ -49,8 +49,10 @@ def rewrite(home: Path, job_id: str, intent: dict[str, Any]) -> None:
     except FileNotFoundError:  # the first launch in this home
         path.parent.mkdir(mode=0o700, exist_ok=True)
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(intent, f)
+    try:  # one write of json.dumps (json.dump to a file object: Python's slow encoder)
+        os.write(fd, json.dumps(intent).encode())
+    finally:
+        os.close(fd)
     os.replace(part, path)
 
 

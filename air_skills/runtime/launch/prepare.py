@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import StoreError
+from air_skills.job_folder import write_fresh
 from air_skills.runtime.code.job_code import CodePlan, materialize
 from air_skills.runtime.launch import launch_intent, launch_run
 from air_skills.runtime.launch.context import LaunchContext, PreparedJob
@@ -71,6 +72,7 @@ def prepare_job(
     tags: dict[str, str] | None = None,
     code: CodePlan | None = None,
     run_later: bool = False,
+    reserve_checked: bool = False,
 ) -> PreparedJob:
     """The job's folder (config, data links, code view) and its MLflow run, before it is
     recorded.
@@ -82,9 +84,11 @@ def prepare_job(
     The folder is built under a temporary name: record it with ``recording``.
     ``run_later``: the backend's supervisor can complete or make the run (local jobs): the
     launch then claims a spare run, or makes none here unless ``ctx.make_runs_here``.
+    ``reserve_checked``: the caller ran ``check_reserve`` for its group (a batch: once).
     """
     data = list(data)
-    check_reserve(ctx.home)  # a job that filled the disk leaves air room for its own state
+    if not reserve_checked:
+        check_reserve(ctx.home)  # a job that filled the disk leaves air room for its own state
     job_id = new_job_id()
     final = ctx.job_dir(job_id)
     job = PreparedJob(job_id, launch_intent.build_dir(ctx.home, job_id), final, name)
@@ -113,7 +117,7 @@ def _build_folder(
     code: CodePlan | None,
 ) -> None:
     job.jdir.mkdir()
-    (job.jdir / "config.json").write_text(json.dumps(config, indent=1))
+    write_fresh(job.jdir, "config.json", json.dumps(config, indent=1))
     (job.jdir / "data").mkdir()
     if data:
         from air_skills.tracking.data import link_inputs

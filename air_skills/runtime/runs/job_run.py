@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.home import job_dir, read_job_json, read_launch_env
-from air_skills.job_folder import write_in
+from air_skills.job_folder import write_fresh
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 
@@ -32,7 +32,8 @@ PENDING_NOTE = "MLflow run: made by the job's supervisor before the command star
 
 
 def write_plan(jdir: Path, plan: dict[str, Any]) -> None:
-    write_in(jdir, PLAN, json.dumps(plan, separators=(",", ":")))  # never through a link
+    """The run's plan in a launch's build folder (``write_fresh``)."""
+    write_fresh(jdir, PLAN, json.dumps(plan, separators=(",", ":")))  # never through a link
 
 
 def read_plan(jdir: Path) -> dict[str, Any] | None:
