@@ -18,6 +18,7 @@ from air_skills.home import home_checked, write_launch_env
 from air_skills.runtime.code.job_code import CodePlan, plan_code
 from air_skills.runtime.execution.job_env import launch_environment
 from air_skills.runtime.execution.sandbox import describe
+from air_skills.runtime.launch import launch_intent
 from air_skills.runtime.launch.context import PreparedJob
 from air_skills.runtime.launch.duplicates import precheck
 from air_skills.runtime.launch.launch_check import program_path
@@ -36,6 +37,7 @@ from air_skills.runtime.launch.prepare import (
 from air_skills.runtime.runs.job_run import finish_unstarted
 from air_skills.runtime.scheduling import passes
 from air_skills.runtime.store.records import JobRecord
+from air_skills.runtime.store.store import new_job_id
 from air_skills.status import JobStatus
 from air_skills.tracking.mlflow import tracking_uri
 
@@ -76,15 +78,28 @@ class LocalBackend:
         (a refusal or failure of any: none queued, their folders and claimed runs discarded).
         Each item's record; an item whose idempotency key a job holds gets that job. The
         home's checks (its safety, the disk reserve) are made once for the group."""
+        home = self.runtime.home
+        # A group: one intent lists every job it may make (none of their own), gone last.
+        ids = [new_job_id() for _ in specs] if len(specs) > 1 else []
+        group = launch_intent.write_group(home, ids) if ids else None
+        try:
+            return self._queue_prepared(specs, ids)
+        finally:
+            if group is not None:  # every job recorded, or discarded with its folder
+                launch_intent.remove(home, group)
+
+    def _queue_prepared(self, specs: Sequence[JobSpec], ids: list[str]) -> list[JobRecord]:
+        """queue_group's work: the items prepared (``ids``: the group's job ids), then
+        recorded and scheduled in one transaction."""
         store = self.runtime.store
+        home = self.runtime.home
         held: dict[int, JobRecord] = {}
         todo: list[tuple[int, JobSpec, PreparedJob]] = []
         environment = launch_environment(os.environ)  # the same for every item
-        home = self.runtime.home
         try:
             with home_checked(home):
                 check_reserve(home)  # a job that filled the disk leaves air room for its state
-                self._prepare_group(specs, held, todo, environment)
+                self._prepare_group(specs, held, todo, environment, ids)
             gpus = passes.schedulable_gpus(store) if todo else ()
         except BaseException:
             for _, _, job in todo:
@@ -130,9 +145,11 @@ class LocalBackend:
         held: dict[int, JobRecord],
         todo: list[tuple[int, JobSpec, PreparedJob]],
         environment: dict[str, str],
+        ids: list[str],
     ) -> None:
         """Check each item and build its folder (into ``todo``; a held key's job into
-        ``held``): the caller discards ``todo``'s folders if any item fails."""
+        ``held``): the caller discards ``todo``'s folders if any item fails. ``ids``: the
+        job ids a group's intent lists (none: each job writes its own intent)."""
         store = self.runtime.store
         for n, spec in enumerate(specs):
             self._check_gpus(spec)
@@ -157,6 +174,7 @@ class LocalBackend:
                 code=code,
                 run_later=True,  # the supervisor completes (or makes) the run: job_run.py
                 reserve_checked=True,  # once for the group: queue_group
+                job_id=ids[n] if ids else None,
             )
             todo.append((n, spec, job))
             attach_image(self.runtime, job, image, tracking_uri(self.runtime.home))

@@ -1,7 +1,8 @@
 """A launch in progress, on disk: who is building which job folder, so a crash is cleaned up.
 
 Before anything of a new job exists, its launcher writes ``jobs/.launching/<job_id>.json``
-(its pid and start time, later its MLflow run), and builds the job's folder as
+(its pid and start time, later its MLflow run; a batch's group: one intent listing its jobs,
+``write_group``), and builds the job's folder as
 ``jobs/.tmp-<job_id>``. The folder is renamed to ``jobs/<job_id>`` inside the transaction
 that records the job, and the intent is removed after the commit. An intent whose launcher
 is dead is a crashed launch: runtime/launch/orphans.py removes what it left. Stdlib only.
@@ -38,6 +39,17 @@ def _path(home: Path, job_id: str) -> Path:
 def write(home: Path, job_id: str, **fields: Any) -> None:
     """Write (or rewrite) this process's intent to launch ``job_id``, with ``fields``."""
     rewrite(home, job_id, {"pid": os.getpid(), "start": proc.own_start(), **fields})
+
+
+def write_group(home: Path, job_ids: list[str]) -> str:
+    """One intent for a batch's group of launches (LocalBackend.queue_group), written before
+    any of their folders exists: ``group`` lists ``job_ids``, each built as its own launch
+    but with no intent of its own (one file per group, not one per job). Named by an id of
+    its own that no job takes; returns it (``remove`` it once every job is recorded or
+    discarded). A dead launcher's group is swept job by job (orphans.py)."""
+    name = "job-" + os.urandom(5).hex()
+    write(home, name, group=[check_job_id(j) for j in job_ids])
+    return name
 
 
 def rewrite(home: Path, job_id: str, intent: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from air_skills.home import JOB_ENV, LAUNCH_ENV, job_dir
+from air_skills.home import JOB_ENV, JOB_ID_RE, LAUNCH_ENV, job_dir
 from air_skills.runtime.launch import launch_intent
 from air_skills.runtime.launch.context import LaunchContext
 from air_skills.runtime.store.store import TERMINAL
@@ -49,6 +49,10 @@ def sweep_orphans(ctx: LaunchContext, *, force: bool = False, thorough: bool = F
         intent = launch_intent.read(ctx.home, job_id)
         if intent is None or launch_intent.launcher_alive(intent):
             continue  # gone meanwhile, or a launch in progress
+        group = intent.get("group")
+        if isinstance(group, list):  # a batch's group (launch_intent.write_group)
+            cleaned += _clean_group(ctx, job_id, group)
+            continue
         cleaned += _clean(ctx, job_id, intent)
     if thorough:
         _drop_ended_envs(ctx)
@@ -77,6 +81,23 @@ def _clean(ctx: LaunchContext, job_id: str, intent: dict[str, Any]) -> int:
             return 1
     launch_intent.remove(ctx.home, job_id)
     return 1
+
+
+def _clean_group(ctx: LaunchContext, name: str, members: list[Any]) -> int:
+    """Undo what a dead launcher left of a batch's group: each member as a launch of its own
+    whose intent names no run (a group's runs are spares claimed in its transaction, rolled
+    back with it; a run made at launch has an intent of its own); the group's intent last."""
+    cleaned = 0
+    for job_id in members:
+        if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+            continue
+        left = (
+            launch_intent.build_dir(ctx.home, job_id).exists() or job_dir(ctx.home, job_id).exists()
+        )
+        done = _clean(ctx, job_id, {})  # 1 when it had no record
+        cleaned += done if left else 0  # a member never built is not counted
+    launch_intent.remove(ctx.home, name)
+    return cleaned
 
 
 def _end_runs(ctx: LaunchContext, job_id: str, run_id: str | None) -> bool:

@@ -73,6 +73,7 @@ def prepare_job(
     code: CodePlan | None = None,
     run_later: bool = False,
     reserve_checked: bool = False,
+    job_id: str | None = None,
 ) -> PreparedJob:
     """The job's folder (config, data links, code view) and its MLflow run, before it is
     recorded.
@@ -85,17 +86,21 @@ def prepare_job(
     ``run_later``: the backend's supervisor can complete or make the run (local jobs): the
     launch then claims a spare run, or makes none here unless ``ctx.make_runs_here``.
     ``reserve_checked``: the caller ran ``check_reserve`` for its group (a batch: once).
+    ``job_id``: one that a group's intent lists (launch_intent.write_group): no intent of the
+    job's own is written.
     """
     data = list(data)
     if not reserve_checked:
         check_reserve(ctx.home)  # a job that filled the disk leaves air room for its own state
-    job_id = new_job_id()
+    grouped = job_id is not None
+    job_id = job_id or new_job_id()
     final = ctx.job_dir(job_id)
     job = PreparedJob(job_id, launch_intent.build_dir(ctx.home, job_id), final, name)
     try:
         with disk_full_named(ctx.home / "jobs"):
             # The intent first: whatever exists of this job from here on, a sweep finds it.
-            launch_intent.write(ctx.home, job_id)
+            if not grouped:
+                launch_intent.write(ctx.home, job_id)
             crash_point("prepare:intent")
             _build_folder(ctx, job, config, data, code)
         crash_point("prepare:folder")

@@ -238,20 +238,29 @@ def test_a_full_disk_while_writing_the_job_folder_is_named_and_leaves_nothing(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", ["launch:locked", "launch:placed", "launch:committed"])
+@pytest.mark.parametrize(
+    "step", ["prepare:folder", "launch:locked", "launch:placed", "launch:committed"]
+)
 def test_a_sweep_killed_in_its_groups_transaction_leaves_all_or_nothing(
     air_home: Path, work: Path, step: str
 ) -> None:
     """A sweep's items are queued LAUNCH_GROUP at a time in one transaction (batch.py,
-    LocalBackend.queue_group): killed with every item's folder built (locked), or with one
-    renamed into place (placed), none is queued and the next call sweeps every folder; killed
-    after the COMMIT, all five are whole jobs."""
+    LocalBackend.queue_group): killed with the first item's folder built (prepare:folder),
+    with every item's folder built (locked), or with one renamed into place (placed), none is
+    queued and the next call sweeps every folder; killed after the COMMIT, all five are whole
+    jobs. The group has one intent, listing its five jobs (launch_intent.write_group)."""
     assert air(air_home, "ls").returncode == 0
     argv = ["launch", "--gpus", "0", "--seeds", "0,1,2,3,4", "--", "sleep", "30"]
     proc = air(air_home, *argv, crash_at=step, cwd=work)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
-    if step != "launch:committed":
-        assert len(list((air_home / "jobs").glob(".tmp-job-*"))) >= 4  # built, not recorded
+    intents = os.listdir(launch_intent.intents_dir(air_home))
+    assert len(intents) == 1, intents  # the group's, no intent per job
+    members = json.loads((launch_intent.intents_dir(air_home) / intents[0]).read_text())["group"]
+    assert len(members) == 5
+    built = {p.name.removeprefix(".tmp-") for p in (air_home / "jobs").glob(".tmp-job-*")}
+    assert built <= set(members)
+    if step != "launch:committed":  # built, not recorded
+        assert len(built) >= (1 if step == "prepare:folder" else 4)
     assert air(air_home, "ls", "--json").returncode == 0  # one client call sweeps
     jobs = assert_nothing_left(air_home)
     assert len(jobs) == (5 if step == "launch:committed" else 0), jobs
