@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -109,12 +110,20 @@ def distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return _distance(dict(_numbers(a)), dict(_numbers(b)))
 
 
-def _distance(na: Mapping[str, float], nb: Mapping[str, float]) -> float:
+def _distance(na: Mapping[str, float], nb: Mapping[str, float], stop: float = math.inf) -> float:
+    """The largest relative difference; once it is over ``stop`` (a candidate that cannot be
+    within the limit), that far (a sweep's item is compared with up to NEAR_CANDIDATES)."""
     worst = 0.0
     for k, x in na.items():
         y = nb.get(k, x)
-        scale = max(abs(x), abs(y))
-        worst = max(worst, abs(x - y) / scale if scale else 0.0)
+        if x == y:
+            continue
+        ax, ay = abs(x), abs(y)
+        d = abs(x - y) / (ax if ax > ay else ay)
+        if d > worst:
+            worst = d
+            if worst > stop:
+                break
     return worst
 
 
@@ -178,7 +187,7 @@ def closest(
     mine = numbers(config)
     best: tuple[str, float, str] | None = None
     for job_id, status, theirs in found:
-        d = _distance(mine, theirs)
+        d = _distance(mine, theirs, within)
         if d <= within and (best is None or d < best[1]):
             best = (job_id, d, status)
     return best
