@@ -338,7 +338,15 @@ class Client(LaunchMixin, IdentityMixin, BatchMixin, ResultsMixin, PoolMixin):
         row = self._row(job_id)
         self._may_stop(row)
         reason = reason or "cancelled by request"
-        return self.backend(row.backend).cancel(row, reason, _stop_wait_s(wait_s))
+        wait = _stop_wait_s(wait_s)
+        started = time.monotonic()
+        info = self.backend(row.backend).cancel(row, reason, wait)
+        if info.status == JobStatus.CANCELLED and row.status == "RUNNING" and row.run_id:
+            from air_skills.runtime.runs.run_end import wait_run_end
+
+            # Its supervisor records the end first and its run's end follows (run_end.py).
+            wait_run_end(self.store, job_id, wait - (time.monotonic() - started))
+        return info
 
     def cancel_all(self, reason: str | None = None) -> list[JobInfo]:
         rows = self.store.live_rows()

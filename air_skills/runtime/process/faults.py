@@ -16,6 +16,9 @@ def crash_point(step: str) -> None:
     this does nothing). Steps of a launch, in order: ``prepare:intent``, ``prepare:folder``,
     ``prepare:run-made`` (its id not yet noted), ``prepare:run``, ``launch:locked``,
     ``launch:placed`` (renamed, not committed), ``launch:committed``. A job's end:
-    ``end:run-ended`` (its MLflow run ended, the results index not yet written)."""
+    ``end:run-ended`` (its MLflow run ended, the results index not yet written by the
+    supervisor; through the home's writer: the record is in, the writer wrote the index),
+    ``end:recorded`` (through the home's writer: the record is in, the run's end queued and
+    not yet waited for)."""
     if settings.get("AIR_TEST_CRASH_AT") == step:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from air_skills.home import job_dir
@@ -65,6 +66,74 @@ def end_run(
     except Exception:
         pass
     return message
+
+
+@dataclass
+class QueuedEnd:
+    """A run's end queued in the home's tracking writer's spool (durable: a request file the
+    next writer applies if this one dies), the job's record not waiting for it."""
+
+    rid: str
+    job_id: str
+
+
+def queue_end(
+    store: Store,
+    row: JobRecord,
+    spec: dict[str, Any],
+    status: JobStatus,
+    message: str,
+    mlflow_ready: threading.Event | None,
+) -> tuple[str, QueuedEnd | None]:
+    """Queue the run's end (and then the results index's final rows, the writer's) for the
+    home's writer, without waiting: returns the message to keep and what ``finish_end``
+    waits for after the record. Where it cannot be queued so (the writer off, the run not made
+    yet, or its completion by job_run.RunWork not done: its writes must go first), the run
+    is ended here as ``end_run`` ends it, and None is returned."""
+    from air_skills.tracking import writer
+
+    ready = mlflow_ready is None or mlflow_ready.is_set()
+    if not (writer.enabled() and row.run_id and ready):
+        return end_run(store, row, spec, status, message, mlflow_ready), None
+    values, bad = parse_summary(read_tail(row.log_path))
+    if bad:
+        message += f" (summary values not numeric, ignored: {', '.join(bad[:5])})"
+    jdir = job_dir(store.home, row.job_id)
+    uri = job_uri(store.home, jdir, read_plan(jdir))
+    try:
+        rid = writer.submit(
+            store.home, uri, "finish_run", row.run_id, status.value, values, index_job=row.job_id
+        )
+        writer.ensure_writer(store.home)
+    except Exception:  # the spool cannot be written: end it here, as before
+        return end_run(store, row, spec, status, message, mlflow_ready), None
+    return message, QueuedEnd(rid, row.job_id)
+
+
+def finish_end(store: Store, end: QueuedEnd) -> str:
+    """After the job's record: wait for the queued end's reply; a note for the job's message
+    if the run could not be ended ('' when it was)."""
+    from air_skills.tracking import writer
+
+    crash_point("end:recorded")
+    try:
+        writer.wait(store.home, end.rid)
+    except Exception as exc:
+        return f" (MLflow run not ended: {str(exc)[:120]})"
+    crash_point("end:run-ended")
+    return ""
+
+
+def wait_run_end(store: Store, job_id: str, timeout_s: float) -> None:
+    """After a cancel whose record is in: until its run's end, queued by its supervisor, has
+    been applied (the writer writes the index's final rows after it: ``results_at``), or for
+    ``timeout_s``. A cancel returns with the run KILLED, as when the run ended first."""
+    from air_skills.polling import backoff
+
+    for _ in backoff(first_s=0.005, factor=1.5, cap_s=0.1, timeout_s=max(0.0, timeout_s)):
+        row = store.row(job_id)
+        if row is None or not row.run_id or row.results_at is not None:
+            return
 
 
 def record_without_supervisor(store: Store, row: JobRecord, outcome: Outcome) -> bool:

@@ -82,12 +82,32 @@ def _client_call(t: Any, method: str, args: list[Any], kwargs: dict[str, Any]) -
     return value.info.run_id if method == "create_run" else None
 
 
+def _finish_run(
+    t: Any, run_id: str, status: str, summary: dict[str, float], index_job: str | None = None
+) -> list[str]:
+    """End the run; with ``index_job``, then write that job's final results index rows (its
+    record is already in: the supervisor queued this end before it and did not wait)."""
+    logged = t.finish_run(run_id, status, summary)
+    if index_job:
+        from air_skills.runtime.runs.run_index import index_end
+        from air_skills.runtime.store.store import Store
+
+        store = Store(t.home)
+        try:
+            index_end(store, index_job, run_id, t.uri)
+        except Exception:  # the job stays due: the next read catches up from MLflow
+            pass
+        finally:
+            store.close()
+    return list(logged)
+
+
 OPS: dict[str, Callable[..., Any]] = {
     "ping": lambda t: "ok",
     "create_run": lambda t, **kw: list(t.create_run(**kw)),
     "fill_run": lambda t, run_id, **kw: t.fill_run(run_id, **kw),
     "set_attempt": lambda t, run_id, attempt: t.set_attempt(run_id, attempt),
-    "finish_run": lambda t, run_id, status, summary: t.finish_run(run_id, status, summary),
+    "finish_run": _finish_run,
     "log_text": lambda t, run_id, text, name: t.log_text(run_id, text, name),
     "set_tags": _set_tags,
     "log_metrics": _log_metrics,

@@ -22,7 +22,7 @@ from air_skills.runtime.process import proc
 from air_skills.runtime.process.signals import StartedChild
 from air_skills.runtime.results.outcomes import AttemptEnd, InfraFailure, Outcome, classify
 from air_skills.runtime.runs.job_run import RunWork
-from air_skills.runtime.runs.run_end import end_run
+from air_skills.runtime.runs.run_end import QueuedEnd, end_run, queue_end
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
 from air_skills.runtime.supervision import disk_cap, gpu_checks, stall
@@ -51,6 +51,7 @@ class AttemptEndMixin:
     _recheck: DataRecheck | None
     _relay: MetricRelay | None
     _outcome: Outcome | None
+    _run_end: QueuedEnd | None
 
     def _record_exit(self, rc: int) -> None:
         assert self.child is not None
@@ -151,7 +152,15 @@ class AttemptEndMixin:
             message = outcome.message + self._recheck.start(ready)
             if outcome.status == "FAILED" and self.spec.get("sandbox") == "on":
                 message += sandbox.failure_note(self.row.log_path)
-            message = end_run(self.store, self.row, self.spec, outcome.status, message, ready)
+            if outcome.status == "CANCELLED":
+                # Through the home's writer the end is queued (durable) and waited for after
+                # the record (Supervisor.run): a cancel does not wait for a writer's MLflow
+                # import. Other ends keep the run's end (summary values) before the record.
+                message, self._run_end = queue_end(
+                    self.store, self.row, self.spec, outcome.status, message, ready
+                )
+            else:
+                message = end_run(self.store, self.row, self.spec, outcome.status, message, ready)
             outcome = Outcome(
                 "finish",
                 message,

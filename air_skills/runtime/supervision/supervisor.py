@@ -45,7 +45,7 @@ from air_skills.runtime.results.outcomes import (
     Outcome,
     start_failed,
 )
-from air_skills.runtime.runs import job_run
+from air_skills.runtime.runs import job_run, run_end
 from air_skills.runtime.runs.job_run import RunWork
 from air_skills.runtime.scheduling import passes
 from air_skills.runtime.scheduling.spawn import IDLE, prestart_launch
@@ -109,6 +109,7 @@ class Supervisor(AttemptEndMixin):
         self.start_error = start_error  # why the spawner could not start it
         self.stop_signal = signals.SignalFlag()  # SIGTERM/SIGINT (set in a handler: no lock)
         self._outcome: Outcome | None = None  # the attempt's end, recorded by _commit
+        self._run_end: run_end.QueuedEnd | None = None  # its run's end, waited for after it
         self.child: subprocess.Popen[bytes] | StartedChild | None = None
         self._started = started  # given to this process: its row (and command, if started)
         if started is not None:
@@ -151,6 +152,10 @@ class Supervisor(AttemptEndMixin):
         self.row = row
         self._attempt(row)
         started = self._commit()
+        if self._run_end is not None:  # queued before the record; its reply is waited for now
+            note = run_end.finish_end(self.store, self._run_end)
+            if note:
+                self.store.append_message(self.job_id, note)
         if self._recheck is not None:
             self._recheck.finish(self.store, self.job_id)
         return started

@@ -30,6 +30,9 @@ with mlflow.start_run():
     for step, v in enumerate(cfg["curve"]):
         mlflow.log_metric("loss", float(v), step=step)
     mlflow.log_metric("acc", 0.5, step=0)
+if cfg.get("hold"):  # logged: it waits to be cancelled
+    open(os.path.join(os.environ["AIR_CHECKPOINT_DIR"], "logged"), "w").close()
+    __import__("time").sleep(120)
 marker = os.path.join(os.environ["AIR_CHECKPOINT_DIR"], "tried")
 if cfg.get("fail_once") and not os.path.exists(marker):
     open(marker, "w").close()
@@ -197,6 +200,15 @@ def _wait_ended(client, job_ids: list[str], timeout_s: float = 240) -> None:
     assert all(i.status.is_terminal() for i in infos), [(i.job_id, i.status) for i in infos]
 
 
+def _wait_indexed(store, job_ids: list[str], timeout_s: float = 240) -> None:
+    """Until the ended jobs' own ends wrote their rows: a cancelled job's come from the home's
+    tracking writer, after its run's end, just after the job's record."""
+    deadline = time.monotonic() + timeout_s
+    while any(store.row(j).results_at is None for j in job_ids):
+        assert time.monotonic() < deadline, "an ended job's rows were never written"
+        time.sleep(0.05)
+
+
 def _launch(client, tmp_path: Path, config: dict, **spec: object) -> str:
     script = tmp_path / "logger.py"
     script.write_text(LOGGER)
@@ -244,7 +256,9 @@ def test_index_equals_mlflow_for_every_kind_of_end(client, tmp_path: Path) -> No
 
 def test_a_kill_in_the_middle_of_a_jobs_end(client, tmp_path: Path, monkeypatch) -> None:
     """The supervisor is killed (SIGKILL) after the job's MLflow run ended, before the index
-    was written: the next read catches up from MLflow, and the two agree."""
+    was written (MLflow in the supervisor: AIR_TRACKING_WRITER=off, where the run ends before
+    the record): the next read catches up from MLflow, and the two agree."""
+    monkeypatch.setenv("AIR_TRACKING_WRITER", "off")
     monkeypatch.setenv("AIR_TEST_CRASH_AT", "end:run-ended")
     job_id = _launch(client, tmp_path, {"curve": [4, 2, 3]})
     store = client.store
@@ -268,6 +282,39 @@ def test_a_kill_in_the_middle_of_a_jobs_end(client, tmp_path: Path, monkeypatch)
     row = store.row(job_id)
     assert row is not None and row.results_at is not None
     assert _same(_index_summary(store, job_id), _mlflow_summary(client, str(row.run_id)))
+
+
+def test_a_kill_after_the_record_before_the_runs_end(client, tmp_path: Path, monkeypatch) -> None:
+    """A cancelled job's record comes first and its run's end (with the index's final rows) is
+    queued for the home's tracking writer before it: a supervisor killed (SIGKILL) right after
+    the record, before it waits for that end, leaves a CANCELLED record whose run the writer
+    still ends KILLED, and the index equal to MLflow."""
+    monkeypatch.setenv("AIR_TEST_CRASH_AT", "end:recorded")
+    job_id = _launch(client, tmp_path, {"curve": [4, 2, 3], "hold": True})
+    store = client.store
+    deadline = time.monotonic() + 240
+    from air_skills.home import job_dir
+
+    while not (job_dir(client.home, job_id) / "checkpoints" / "logged").exists():
+        row = store.row(job_id)
+        assert row is not None and row.status in ("QUEUED", "RUNNING"), row
+        assert time.monotonic() < deadline, "the job never logged its metrics"
+        time.sleep(0.05)
+    sup = store.row(job_id).supervisor_pid  # type: ignore[union-attr]
+    info = client.cancel(job_id, wait_s=0)  # the record only: the supervisor dies after it
+    while not (info.status.is_terminal() and sup and not os.path.exists(f"/proc/{sup}")):
+        assert time.monotonic() < deadline, "the supervisor never reached the crash point"
+        time.sleep(0.05)
+        info = client.get(job_id)
+    monkeypatch.delenv("AIR_TEST_CRASH_AT")
+    assert info.status.value == "CANCELLED", info.message
+    while client.tracker.client.get_run(str(info.run_id)).info.status != "KILLED":
+        assert time.monotonic() < deadline, "the queued end was never applied"
+        time.sleep(0.05)
+    _wait_indexed(store, [job_id])  # written by the writer after the run's end
+    board = client.list(metric="loss", order_by="best", limit=5)
+    assert [i.job_id for i in board.items] == [job_id]
+    assert _same(_index_summary(store, job_id), _mlflow_summary(client, str(info.run_id)))
 
 
 def test_cli_leaderboard_fast_and_typer_agree(client) -> None:
