@@ -59,10 +59,12 @@ def sweep(
     return took, cancel_s, queued, _statuses(work)
 
 
-def running_cancel(work: Path, n: int = 4) -> tuple[float, list[float]]:
-    """A sweep of ``n`` jobs that all run (one GPU each), cancelled once each has run a few
-    seconds: `air cancel BATCH`'s seconds, and each job's stop request to its CANCELLED record
-    (the events 'stop-cancel' -> 'cancelled' in air.db), in seconds."""
+def running_cancel(work: Path, n: int = 4, hold_s: float = 3.0) -> tuple[float, list[float]]:
+    """A sweep of ``n`` jobs that all run (one GPU each), cancelled once each has run
+    ``hold_s``: `air cancel BATCH`'s seconds, and each job's stop request to its CANCELLED
+    record (the events 'stop-cancel' -> 'cancelled' in air.db), in seconds. Past the home's
+    writer's idle linger (10 s in a scratch home) the writer has exited: the jobs of a long
+    run end with no writer running."""
     _, text = _run([*AIR, "launch", "--gpus", "1", "--seeds", ",".join(map(str, range(n))),
                     "--", *JOB], work)  # fmt: skip
     batch = re.findall(r"batch-[0-9a-z]+", text)[-1]
@@ -74,7 +76,7 @@ def running_cancel(work: Path, n: int = 4) -> tuple[float, list[float]]:
         if time.monotonic() > deadline:
             raise SystemExit(f"the {n} jobs never all ran: {_statuses(work)}")
         time.sleep(0.2)
-    time.sleep(3.0)  # the jobs run: their runs completed, their supervisors watching
+    time.sleep(hold_s)  # the jobs run: their runs completed, their supervisors watching
     cancel_s, _ = _run([*AIR, "cancel", batch], work)
     try:
         events = db.execute(
@@ -124,12 +126,15 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="air-sweep-"))
     load = os.getloadavg()[0]
-    with scratch_home(gpus=4, AIR_SANDBOX="off"):
-        run_cancel_s, latencies = running_cancel(work)
-    print(
-        f"cancel of a sweep of 4 running jobs: {run_cancel_s:.2f} s; stop request to CANCELLED"
-        f" per job: {', '.join(f'{x:.2f}' for x in sorted(latencies))} s (load {load:.1f})"
-    )
+    for hold_s in (3.0, 15.0):  # the writer warm; gone idle (a job that outlived it)
+        with scratch_home(gpus=4, AIR_SANDBOX="off"):
+            run_cancel_s, latencies = running_cancel(work, hold_s=hold_s)
+        print(
+            f"cancel of a sweep of 4 jobs running for {hold_s:.0f} s: {run_cancel_s:.2f} s;"
+            f" stop request to CANCELLED per job:"
+            f" {', '.join(f'{x:.2f}' for x in sorted(latencies))} s"
+            f" (load {os.getloadavg()[0]:.1f})"
+        )
     if args.running_only:
         return
     with scratch_home(gpus=4, AIR_SANDBOX="off"):
