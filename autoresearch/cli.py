@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from air_skills import settings
 from air_skills.errors import AirError, InvalidInput, NotFound, render_json, render_text
 
 app = typer.Typer(
@@ -450,7 +451,7 @@ def demo_held_out(study: dict[str, Any], log: Callable[[str], None]) -> None:
 
     held = study["objective"]["holdout"]["data"]
     folders = [os.path.realpath(os.path.join(study["workdir"], d["path"])) for d in held]
-    roots = [r for r in os.environ.get("AIR_DATA_ROOTS", "").split(os.pathsep) if r]
+    roots = [r for r in (settings.get("AIR_DATA_ROOTS") or "").split(os.pathsep) if r]
     os.environ["AIR_DATA_ROOTS"] = os.pathsep.join([*roots, *folders])
     why = sandbox.unavailable()
     if why is not None:
