@@ -100,6 +100,19 @@ study. A code-editing trial and the evaluator get `/tmp/air-cache/<tool>` instea
 folder of links to what the user's holds, which they read and never write. `$HF_HOME/token`,
 `stored_tokens`, `HF_TOKEN_PATH`, pip's config and `~/.netrc` are never readable in a job;
 `HF_TOKEN` in a spec's `env` grants a token.
+
+## Study keys of this release
+
+A study file's keys are described in full, with their defaults, in `prompts/study_schema.md`
+(what `autoresearch` checks a study against). Those added with the held-out split and the
+researcher's own script: `config_as` (`file` | `args` | `both`), `writable` (folders under
+`AIR_DATA_ROOTS` that sandboxed trials may write), `stop_after_same_failures` (stop once N
+trials failed alike and none succeeded; 0: never), `accept` (`noise-floor` | `k-sigma(k)` |
+`paired-test(alpha)`), `final` (`{top_k, seeds}` or `false`: the final re-evaluation, apart
+from `budget.trials`) and `objective.holdout` (a metric name, or `{metric, command, data}`;
+it raises `noise.repeats` to at least 2). `autoresearch run` and `autoresearch demo` exit 3
+when the study ran and failed. Many studies in one process: `autoresearch host run | add | ls
+| stop` (the README's "Many studies on one host"), its folder `AIR_HOME/host/`.
 """
 
 
