@@ -176,7 +176,8 @@ class Supervisor(AttemptEndMixin):
 
     def _make_pending_run(self, row: JobRecord) -> JobRecord:
         """A job launched without its run (no spare, sqlite): make it before the command
-        starts, so the job knows its run id from its first instruction."""
+        starts, so the job knows its run id from its first instruction. That may wait for a
+        writer's MLflow import: the record returned is read after it (a cancel meanwhile)."""
         if not job_run.is_pending(self.home, row):
             return row
         self.row = row = job_run.make_pending_run(self.store, row)
@@ -238,6 +239,9 @@ class Supervisor(AttemptEndMixin):
             self._infra_failure(faults, check)
             return
         row = self._make_pending_run(row)
+        if row.stop_request == "cancel":  # cancelled while its run was being made
+            self._end(AttemptEnd(self.job_id, stop_request="cancel", stop_reason=row.stop_reason))
+            return
         try:
             self.child = self._start()
         except OSError as exc:

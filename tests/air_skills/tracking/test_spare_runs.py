@@ -209,3 +209,39 @@ def test_the_kept_reader_of_mlflows_tables_sees_each_change(air_home: Path) -> N
     assert usable_runs(tracker.uri, spares) == set(spares[1:])
     tracker.client.delete_experiment(tracker.experiment_id("exp-d"))
     assert usable_runs(tracker.uri, spares) == set()
+
+
+def test_a_job_cancelled_while_its_run_is_made_never_starts(air_home: Path, tmp_path: Path) -> None:
+    """No spare: the supervisor makes the run first, through the home's writer. The test holds
+    the writer's lock (no writer can run), cancels the job meanwhile, then lets a writer run:
+    the run is made, the cancel is read before the command would start, and it never does."""
+    import fcntl
+    import time
+
+    from air_skills.tracking import writer
+
+    client = cli_client(air_home)
+    marker = tmp_path / "ran"
+    lock = os.open(writer.spool(air_home) / writer.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        launched = client.launch(
+            JobSpec(
+                command=[PY, "-c", f"open({str(marker)!r}, 'w'); import time; time.sleep(60)"],
+                sandbox="off",  # its marker is written where the test looks
+            )
+        )
+        assert launched.run_id is None
+        plan = air_home / "jobs" / launched.job_id / PLAN
+        wait_until(lambda: list(writer.spool(air_home).glob("req-*")) and plan.exists())
+        client.cancel(launched.job_id, wait_s=0)  # the supervisor waits for create_run
+    finally:
+        os.close(lock)
+    (info,) = client.wait([launched.job_id], timeout_s=180)
+    assert info.status == JobStatus.CANCELLED, info.message
+    assert not marker.exists()  # its command never started (nor was it put on record)
+    assert client.store.row(launched.job_id).job_pid is None  # type: ignore[union-attr]
+    deadline = time.monotonic() + 120
+    while client.tracker.client.get_run(str(info.run_id)).info.status != "KILLED":
+        assert time.monotonic() < deadline, "the run was never ended"
+        time.sleep(0.05)
