@@ -15,19 +15,15 @@ folder only names which studies the host runs.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError, InvalidInput, InvalidSpec, InvalidState
 from air_skills.home import default_home
-from air_skills.runtime.process.proc import alive, own_start
-from autoresearch.study.folder import private_dir, write_private
+from air_skills.runtime.process.proc import alive
+from autoresearch.study.folder import ProcessLock, private_dir, write_private
 
 SPECS = "specs"
 HOST_FILE = "host.json"
@@ -134,48 +130,19 @@ def _name_of(spec: Path) -> str | None:
     return name if isinstance(name, str) else None
 
 
-class HostLock:
-    """One host per host folder: an exclusive POSIX lock on ``.host.lock`` while it runs (the
-    kernel drops it when the process dies, even by kill -9: a restart is never refused)."""
+class HostLock(ProcessLock):
+    """One host per host folder (``.host.lock``, ``host.json``)."""
 
-    def __init__(self, host: Path) -> None:
-        self.dir = Path(host)
-        self._fd: int | None = None
+    lock_name = HOST_LOCK
+    info_name = HOST_FILE
 
-    def __enter__(self) -> HostLock:
-        private_dir(self.dir)
-        fd = os.open(self.dir / HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            info = read_host_info(self.dir) or {}
-            raise InvalidState(
-                f"a host already runs host folder {self.dir}"
-                + (f" (pid {info['pid']})" if info.get("pid") else ""),
-                hint="add studies to it with `autoresearch host add`; list them with"
-                " `autoresearch host ls`; or give another --dir",
-            ) from None
-        self._fd = fd
-        info = {
-            "pid": os.getpid(),
-            "start": own_start(),
-            "host": socket.gethostname(),
-            "started_at": time.time(),
-        }
-        write_private(self.dir / HOST_FILE, json.dumps(info))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._fd is None:
-            return
-        info = read_host_info(self.dir) or {}
-        if info.get("pid") == os.getpid():
-            with contextlib.suppress(OSError):
-                write_private(self.dir / HOST_FILE, json.dumps({**info, "ended_at": time.time()}))
-        fcntl.lockf(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
-        self._fd = None
+    def refused(self, info: dict[str, Any]) -> AirError:
+        return InvalidState(
+            f"a host already runs host folder {self.dir}"
+            + (f" (pid {info['pid']})" if info.get("pid") else ""),
+            hint="add studies to it with `autoresearch host add`; list them with"
+            " `autoresearch host ls`; or give another --dir",
+        )
 
 
 def read_host_info(host: Path) -> dict[str, Any] | None:

@@ -100,51 +100,82 @@ def fill_env(study: Any, study_dir: Path | None) -> Any:
     return study.model_copy(update={"env": {k: known.get(k, v) for k, v in study.env.items()}})
 
 
-class LoopLock:
-    """An exclusive POSIX lock on the study folder, held while a loop runs. The kernel drops it
-    when the process dies, even by kill -9, so a stale lock cannot block a resume; and unlike
-    flock it is not shared with forked children (job supervisors fork from the loop)."""
+class ProcessLock:
+    """An exclusive POSIX lock on ``folder/lock_name`` while this process runs, with a record
+    of who holds it (``folder/info_name``: pid, start time, host; ``ended_at`` once released).
+    The kernel drops the lock when the process dies, even by kill -9, so a stale lock never
+    blocks a restart; and unlike flock it is not shared with forked children (job supervisors
+    fork from the loop). Subclasses say what a refusal means (``refused``)."""
 
-    def __init__(self, study_dir: Path) -> None:
-        self.dir = Path(study_dir)
+    lock_name = ""
+    info_name = ""
+
+    def __init__(self, folder: Path) -> None:
+        self.dir = Path(folder)
         self._fd: int | None = None
 
-    def __enter__(self) -> LoopLock:
+    def refused(self, info: dict[str, Any]) -> AirError:
+        raise NotImplementedError
+
+    def _info(self) -> dict[str, Any] | None:
+        info = _read_json(self.dir / self.info_name)
+        return info if isinstance(info, dict) else None
+
+    def __enter__(self) -> ProcessLock:
         private_dir(self.dir)
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.dir / self.lock_name, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            info = read_loop_info(self.dir) or {}
-            raise InvalidState(
-                f"a loop is already running study folder {self.dir}"
-                + (f" (pid {info['pid']})" if info.get("pid") else ""),
-                hint=f"watch it with `autoresearch status {self.dir}`; stop it with"
-                f" `autoresearch stop {self.dir}` (MCP: stop_study)",
-                study_dir=str(self.dir),
-            ) from None
+            raise self.refused(self._info() or {}) from None
         self._fd = fd
-        _LOCKS_HELD[str(self.dir.resolve())] = True
         info = {
             "pid": os.getpid(),
-            "start": own_start(),  # pid + start time: a reused pid is never this loop
+            "start": own_start(),  # pid + start time: a reused pid is never this process
             "host": socket.gethostname(),
             "started_at": time.time(),
         }
-        (self.dir / LOOP_FILE).write_text(json.dumps(info))
+        write_private(self.dir / self.info_name, json.dumps(info))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._fd is None:
+            return
+        info = self._info() or {}
+        if info.get("pid") == os.getpid():  # its record says it ended
+            with contextlib.suppress(OSError):
+                ended = {**info, "ended_at": time.time()}
+                write_private(self.dir / self.info_name, json.dumps(ended))
+        fcntl.lockf(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+
+class LoopLock(ProcessLock):
+    """One loop per study folder (``.loop.lock``, ``loop.json``)."""
+
+    lock_name = LOCK_FILE
+    info_name = LOOP_FILE
+
+    def refused(self, info: dict[str, Any]) -> AirError:
+        return InvalidState(
+            f"a loop is already running study folder {self.dir}"
+            + (f" (pid {info['pid']})" if info.get("pid") else ""),
+            hint=f"watch it with `autoresearch status {self.dir}`; stop it with"
+            f" `autoresearch stop {self.dir}` (MCP: stop_study)",
+            study_dir=str(self.dir),
+        )
+
+    def __enter__(self) -> LoopLock:
+        super().__enter__()
+        _LOCKS_HELD[str(self.dir.resolve())] = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._fd is not None:
-            info = read_loop_info(self.dir) or {}
-            if info.get("pid") == os.getpid():  # this loop's record says it ended
-                with contextlib.suppress(OSError):
-                    (self.dir / LOOP_FILE).write_text(json.dumps({**info, "ended_at": time.time()}))
             _LOCKS_HELD.pop(str(self.dir.resolve()), None)
-            fcntl.lockf(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        super().__exit__(*exc)
 
 
 def _read_json(path: Path) -> Any:
