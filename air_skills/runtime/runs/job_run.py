@@ -148,6 +148,13 @@ def complete_from_plan(home: Path, row: JobRecord, tracker: Any = None) -> bool:
     if plan is None or not row.run_id:
         return False
     tracker = tracker or _tracker(home, jdir, plan)
+    _fill_from_plan(tracker, jdir, row, plan)
+    _log_extras(tracker, row.run_id, row, plan)
+    return True
+
+
+def _fill_from_plan(tracker: Any, jdir: Path, row: JobRecord, plan: dict[str, Any]) -> None:
+    """The run's name, params and tags from the job's plan; then the plan is dropped."""
     tracker.fill_run(
         row.run_id,
         name=plan.get("name") or row.name,
@@ -155,8 +162,6 @@ def complete_from_plan(home: Path, row: JobRecord, tracker: Any = None) -> bool:
         tags=_run_tags(row, plan),
     )
     drop_plan(jdir)
-    _log_extras(tracker, row.run_id, row, plan)
-    return True
 
 
 def queued_tracker(home: Path, row: JobRecord) -> Any:
@@ -177,13 +182,7 @@ def finish_unstarted(home: Path, row: JobRecord, status: str) -> None:
     plan = read_plan(jdir)
     tracker = _tracker(home, jdir, plan)
     if plan is not None:
-        tracker.fill_run(
-            row.run_id,
-            name=plan.get("name") or row.name,
-            config=_config(jdir),
-            tags=_run_tags(row, plan),
-        )
-        drop_plan(jdir)
+        _fill_from_plan(tracker, jdir, row, plan)
     tracker.finish_run(row.run_id, status, {})
 
 
