@@ -117,9 +117,9 @@ def test_what_the_view_takes_jobspec_takes_and_dumps_the_same(data: dict[str, An
     assert view.resolved_project() == spec.resolved_project()
     assert view.procs_per_node() == spec.procs_per_node()
     update = {"workdir": "/w", "tags": {"a": "b"}}
-    assert view.model_copy(update=update).model_dump() == spec.model_copy(
-        update=update
-    ).model_dump(mode="json")
+    assert view.model_copy(update=update).model_dump() == spec.model_copy(update=update).model_dump(
+        mode="json"
+    )
     assert view.model_copy(update=update).model_fields_set == (
         spec.model_copy(update=update).model_fields_set
     )
