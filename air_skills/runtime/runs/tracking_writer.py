@@ -102,9 +102,21 @@ def _finish_run(
     return list(logged)
 
 
+def _create_run(t: Any, **kw: Any) -> list[str]:
+    """A new run, but never in a sqlite store left half-built since this writer opened it (a
+    later schema migration killed midway): refused as a fresh process's open refuses it."""
+    from air_skills.tracking.sqlite_store import half_built_error, inspect, sqlite_path
+
+    path = sqlite_path(t.uri)
+    state = inspect(path) if path is not None else None
+    if path is not None and state is not None and state.problem is not None:
+        raise half_built_error(path, state)
+    return list(t.create_run(**kw))
+
+
 OPS: dict[str, Callable[..., Any]] = {
     "ping": lambda t: "ok",
-    "create_run": lambda t, **kw: list(t.create_run(**kw)),
+    "create_run": _create_run,
     "fill_run": lambda t, run_id, **kw: t.fill_run(run_id, **kw),
     "set_attempt": lambda t, run_id, attempt: t.set_attempt(run_id, attempt),
     "finish_run": _finish_run,
