@@ -24,7 +24,8 @@ from air_skills.runtime.code.patch import apply_patch, check_layout
 from air_skills.runtime.code.snapshot import load_manifest, read_blob, take_snapshot
 from air_skills.runtime.code.snapshot_files import IgnoreRules
 from autoresearch.code.code_diff import unified_diff
-from autoresearch.spec.study_schema import CodeSection, Study
+from autoresearch.spec.study_schema import Study
+from autoresearch.spec.study_sections import CodeSection
 
 Files = dict[str, bytes | None]  # path -> content (None: deleted), over the base
 

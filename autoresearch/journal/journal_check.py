@@ -313,7 +313,7 @@ def _meaning_problem(ev: dict[str, Any], kind: str) -> str | None:
 def _code_problem(section: dict[str, Any]) -> str | None:
     from pydantic import ValidationError
 
-    from autoresearch.spec.study_schema import CodeSection
+    from autoresearch.spec.study_sections import CodeSection
 
     try:
         CodeSection.model_validate(section)

@@ -37,7 +37,7 @@ from autoresearch.proposers.llm_wire import (
 from autoresearch.proposers.pricing import ModelPrice, price_for
 from autoresearch.proposers.random_search import RandomProposer
 from autoresearch.proposers.tpe import TpeProposer
-from autoresearch.spec.study_schema import LlmProposerConfig
+from autoresearch.spec.study_sections import LlmProposerConfig
 
 CHARS_PER_TOKEN = 3.5  # a conservative estimate for the pre-call budget check
 

@@ -12,7 +12,8 @@ from air_skills.vocabulary import better
 from autoresearch.journal.journal import Trial, TrialStatus
 from autoresearch.proposers.base import ProposalRequest, short_json
 from autoresearch.proposers.code_prompt import code_section, patch_note
-from autoresearch.spec.study_schema import FloatParam, IntParam, Study
+from autoresearch.spec.study_schema import Study
+from autoresearch.spec.study_sections import FloatParam, IntParam
 
 TOOL_NAME = "propose_trials"
 TOOL_DESCRIPTION = (

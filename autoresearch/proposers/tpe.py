@@ -15,7 +15,8 @@ from autoresearch.journal.journal import Trial, TrialStatus
 from autoresearch.proposers.base import Proposal, ProposalRequest, ProposalResult, Proposer
 from autoresearch.proposers.random_search import RandomProposer
 from autoresearch.spec.space import clean_diff, config_key
-from autoresearch.spec.study_schema import FloatParam, IntParam, Study
+from autoresearch.spec.study_schema import Study
+from autoresearch.spec.study_sections import FloatParam, IntParam
 
 MAX_ASKS_PER_PROPOSAL = 8
 

@@ -8,7 +8,8 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from autoresearch.spec.study_schema import ChoiceParam, FloatParam, IntParam, Study, check_value
+from autoresearch.spec.study_schema import Study, check_value
+from autoresearch.spec.study_sections import ChoiceParam, FloatParam, IntParam
 
 
 def normalize_value(param: Any, value: Any) -> Any:

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from air_skills.errors import InvalidSpec
 from autoresearch.spec.key_hints import suggest
 from autoresearch.spec.safe_read import read_study_yaml
-from autoresearch.spec.study_schema import (
+from autoresearch.spec.study_schema import Study, check_value
+from autoresearch.spec.study_sections import (
     PARAM_TYPES,
     PROPOSER_TYPES,
     Budget,
@@ -29,9 +30,7 @@ from autoresearch.spec.study_schema import (
     Price,
     ProposerConfig,
     RandomProposerConfig,
-    Study,
     TpeProposerConfig,
-    check_value,
 )
 
 STUDIES_DIR = "studies"
