@@ -5,6 +5,7 @@ Each takes an ``air_skills.Client`` first; the rest of its signature is the tool
 
 from mcp_server.tools.batch import launch_jobs
 from mcp_server.tools.code import export_code
+from mcp_server.tools.job_list import list_jobs
 from mcp_server.tools.jobs import (
     cancel_job,
     compare_jobs,
@@ -12,7 +13,6 @@ from mcp_server.tools.jobs import (
     get_metrics,
     launch_job,
     list_gpus,
-    list_jobs,
 )
 from mcp_server.tools.logs import get_logs
 from mcp_server.tools.studies import (
