@@ -7,7 +7,6 @@ vanish. It goes to rich as ``Text`` (``plain``) or printed with ``say``, markup 
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +20,8 @@ from rich.text import Text
 
 from air_skills import settings
 from air_skills.cli.basics import client, emit_json, full_disk_named  # noqa: F401  (re-exported for the commands)
+from air_skills.cli.lines import CONTROL as _CONTROL
+from air_skills.cli.lines import job_parts, printable
 from air_skills.errors import AirError, InvalidInput, render_json, render_text
 
 out = Console(soft_wrap=True)
@@ -94,17 +95,6 @@ def handle_errors_diagnosing(fn: Callable[..., Any]) -> Callable[..., Any]:
     return handle_errors(fn, check_settings=False)
 
 
-# What a terminal would obey rather than show (ESC sequences, C1, DEL, bidi reordering): text
-# from the store (an older record's name, a message) shows them as \x1b escapes. Newlines and
-# tabs stay. Log output (`air logs`) is the job's own bytes and is written as it is.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str) -> str:
-    """``text`` with every terminal control character written as a visible escape."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
-
-
 def plain(value: Any, style: str = "") -> Text:
     """``value`` as rich ``Text``: shown as it is, never parsed for markup or emoji codes,
     its control characters escaped."""
@@ -130,8 +120,12 @@ def status_text(info: Any) -> Text:
 
 
 def info_line(info: Any) -> Text:
-    gpus = ",".join(map(str, info.gpus)) or "-"
-    return Text.assemble(f"{info.job_id}  ", status_text(info), f"  gpus={gpus}  {info.message}")
+    return job_line(*job_parts(info.job_id, info.status.value, info.gpus, info.message))
+
+
+def job_line(before: str, status: str, after: str) -> Text:
+    """A job's line from cli/lines.py's job_parts, its status coloured."""
+    return Text.assemble(before, plain(status, STATUS_STYLE.get(status, "")), after)
 
 
 def print_info(info: Any) -> None:

@@ -1,6 +1,6 @@
 """`air`'s entry point, and its floor: `air ls --json` and `air status JOB --json` answered
 without typer, rich or pydantic, for agents that call the CLI from a shell on every step
-(`air launch ... --json` too, without typer or rich: cli/fast/launch.py).
+(`air launch ...` too, with or without --json, without typer or rich: cli/fast/launch.py).
 
 The answer is the same JSON as the typer commands print (backends/job_view.py is the one
 mapping, and tests compare the two); anything else (another command, another option, a

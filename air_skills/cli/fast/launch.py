@@ -1,9 +1,11 @@
-"""`air launch ... --json` without typer or rich (issue 23): for agents that launch from a shell.
+"""`air launch ...` without typer or rich (issues 23, 41.5): for agents and scripts in a shell.
 
 It reads the options `air launch` takes (cli/jobs.py), builds the spec with the same code
 (cli/launch_spec.py) and launches through the same Client: ``launch_view`` for a spec plainly
 valid without pydantic (models/spec_view.py), else ``launch(spec, dry_run, strict=True)``; the
-same steps, errors (code, message, ``Next:``), idempotency and JSON reply as the typer command.
+same steps, errors (code, message, ``Next:``), idempotency and reply as the typer command: the
+JSON with ``--json``, else the job's line (cli/lines.py), written as it is where rich would print
+the same bytes (not a terminal) and through cli/output.py otherwise, after the launch.
 Anything it does not read exactly as click would (an unknown option, ``--opt=value``, a value
 that starts with ``-``, a number click would refuse, ``--watch``, ``--seeds``, ``--grid``,
 ``--variants``, ``--help``) goes to the typer app, before anything is done.
@@ -51,7 +53,7 @@ FLAGS: dict[str, tuple[str, bool]] = {
 
 def parse(args: list[str]) -> tuple[list[str], list[str], dict[str, Any]] | None:
     """(positional args, the command after `--`, the options by parameter name) of
-    ``launch ARGS`` with ``--json``; None: the typer app reads them."""
+    ``launch ARGS``; None: the typer app reads them."""
     ours, command = list(args), []
     if "--" in args:
         cut = args.index("--")
@@ -82,8 +84,6 @@ def parse(args: list[str]) -> tuple[list[str], list[str], dict[str, Any]] | None
         else:
             positional.append(arg)
         i += 1
-    if not given.get("as_json"):
-        return None
     return positional, command, given
 
 
@@ -94,9 +94,10 @@ def answer(args: list[str]) -> int | None:
     if asked is None:
         return None
     from air_skills import settings
-    from air_skills.cli.basics import client, emit_json, full_disk_named
+    from air_skills.cli.basics import _dump, client, emit_json, full_disk_named
     from air_skills.cli.launch_spec import launch_spec
-    from air_skills.errors import AirError, render_json
+    from air_skills.cli.lines import job_parts
+    from air_skills.errors import AirError, render_json, render_text
     from air_skills.models.spec_view import quick_spec
 
     positional, command, given = asked
@@ -113,7 +114,30 @@ def answer(args: list[str]) -> int | None:
                 # strict: a command that would not start is an invalid-spec error (cli/jobs.py)
                 info = launcher.launch(spec, dry_run=dry_run, strict=True)
     except AirError as exc:
-        sys.stdout.write(render_json(exc) + "\n")
+        if given.get("as_json"):
+            sys.stdout.write(render_json(exc) + "\n")
+        else:
+            _say(None, render_text(exc))
         return exc.exit_code
-    emit_json(info)
+    if given.get("as_json"):
+        emit_json(info)
+    else:
+        job = _dump(info)  # the JSON's fields, from a JobInfo or Client.launch_view's reply
+        _say(job_parts(job["job_id"], job["status"], job["gpus"], job["message"]), "")
     return 0
+
+
+def _say(parts: tuple[str, str, str] | None, error: str) -> None:
+    """The job's line (``parts``) on stdout, or ``error`` on stderr, as the typer command
+    prints them (cli/output.py's say): written here when that is plain text."""
+    from air_skills.cli.lines import write_plain
+
+    stream = sys.stdout if parts is not None else sys.stderr
+    if write_plain(stream, "".join(parts) if parts is not None else error):
+        return
+    from air_skills.cli import output  # a terminal: its status coloured by rich
+
+    if parts is not None:
+        output.say(output.out, output.job_line(*parts))
+    else:
+        output.say(output.err, error)

@@ -203,3 +203,84 @@ def test_fast_launch_reads_every_option_of_the_typer_command_by_its_name() -> No
             if opt.startswith("--") and opt not in left_to_typer:
                 assert fast.get(opt) == param.name, opt
     assert set(fast) <= {o for p in command.params for o in [*p.opts, *p.secondary_opts]}
+
+
+def test_a_plain_fast_launch_prints_the_typer_commands_line(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`air launch` without --json takes the fast path too (41.5): a fresh `air` process
+    queues the job, which runs, and prints the line the typer command prints; its retry, dry
+    run and errors print what typer prints, with the same exit codes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "t.py").write_text("print('hi from the job')\n")
+    monkeypatch.chdir(work)  # the typer path snapshots the same folder
+    args = ["launch", "--name", "plain", "--idempotency-key", "k-plain", "--set", "lr=0.1"]
+    args += ["--", sys.executable, "t.py"]
+    assert parse(args[1:]) is not None  # the fast path answers it, not typer
+    first = subprocess.run([str(BIN / "air"), *args], capture_output=True, text=True, cwd=work)
+    assert first.returncode == 0 and first.stderr == "", first.stderr
+    job_id, status, gpus, message = first.stdout.rstrip("\n").split("  ", 3)
+    assert first.stdout.count("\n") == 1 and job_id.startswith("job-") and gpus == "gpus=-"
+    assert status in ("QUEUED", "RUNNING", "SUCCEEDED") and message, first.stdout
+    (done,) = client.wait([job_id], timeout_s=120)
+    assert done.status == JobStatus.SUCCEEDED, done.message
+    assert "hi from the job" in client.logs(job_id).text
+    assert done.name == "plain" and client.store.row(job_id).spec_dict()["config"] == {"lr": 0.1}
+    fast, typer = _both(work, *args)  # the retry finds the same job: the same line
+    assert fast.returncode == typer.exit_code == 0
+    assert fast.stdout == typer.stdout and fast.stdout.startswith(f"{job_id}  SUCCEEDED  ")
+    dry = ["launch", "--dry-run", "--priority", "high", "--", sys.executable, "t.py"]
+    fast, typer = _both(work, *dry)
+    assert fast.returncode == typer.exit_code == 0 and fast.stdout == typer.stdout
+    assert fast.stdout.startswith("dry-run  QUEUED  gpus=-  DRY RUN: ")
+    for bad in (["launch", "--priority", "urgent", "--", "true"], ["launch", "--", "pyhton"]):
+        fast, typer = _both(work, *bad)
+        assert parse(bad[1:]) is not None
+        assert fast.returncode == typer.exit_code == 2, bad
+        assert fast.stdout == typer.stdout == "" and fast.stderr == typer.stderr, bad
+        assert fast.stderr.startswith("[invalid-spec] ") and "\nNext: " in fast.stderr
+    assert [j.job_id for j in client.list(limit=100).items] == [job_id]
+
+
+def test_a_plain_fast_launch_imports_neither_typer_nor_rich(air_home: Path, tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "from air_skills.cli.fast import answer\n"
+        "assert answer(['launch', '--name', 'n', '--', 'true']) == 0\n"
+        "heavy = [m for m in ('typer', 'rich', 'click', 'mlflow') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr); sys.exit(1 if heavy else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("job-") and "  gpus=-  " in done.stdout
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["queued", "", "tab\there", "cr\rhere", "bell\x07", "esc \x1b[31mred", "[bold]x[/]",
+     ":smile: 日本 e\u0301", "two\nlines", "bidi \u202e x", "del\x7f c1\x85", "ff\x0c vt\x0b"],
+)  # fmt: skip
+def test_the_plain_line_is_what_rich_prints(message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli/lines.py writes the job's line itself only where rich would print the same bytes
+    (cli/output.py's say of job_line, to a file that is no terminal); else it leaves it."""
+    import io
+
+    from rich.console import Console
+
+    from air_skills.cli.lines import job_parts, write_plain
+    from air_skills.cli.output import job_line, say
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+    parts = job_parts("job-1", "QUEUED", [0, 3], message)
+    rich_out, ours = io.StringIO(), io.StringIO()
+    say(Console(file=rich_out, soft_wrap=True), job_line(*parts))
+    if write_plain(ours, "".join(parts)):
+        assert ours.getvalue() == rich_out.getvalue()
+    else:
+        assert ours.getvalue() == "" and any(c in message for c in "\t\r\x07\x0b\x0c")
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich would colour the status: left to it
+    assert not write_plain(io.StringIO(), "".join(parts))
