@@ -88,3 +88,36 @@ def test_a_cli_launch_on_slurm_never_imports_mlflow(slurm, air_home, tmp_path) -
 def _completed(tracker, run_id: str, job_id: str):
     run = tracker.client.get_run(run_id)
     return run if run.data.tags.get("air.job_id") == job_id and run.data.params else None
+
+
+def test_a_plain_cli_launch_on_slurm_takes_the_light_path(slurm, air_home, tmp_path) -> None:
+    """`air launch --backend slurm` without --json (41.5): the real `air` process, timed by
+    its own imports, loads neither typer, rich nor MLflow, prints the job's line, and the job
+    runs on the cluster with its run id from its first instruction."""
+    from air_skills import Client
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "first.py").write_text(FIRST)
+    air = str(Path(sys.executable).parent / "air")
+    args = ["launch", "--backend", "slurm", "--code", "live", "--name", "plain", "--"]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", air, *args, sys.executable, "first.py"],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env={**os.environ, "SLURM_CONF": str(slurm.conf)},
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not {"typer", "rich", "click", "mlflow"} & imported, sorted(imported)
+    job_id, status, gpus, message = done.stdout.rstrip("\n").split("  ", 3)
+    assert done.stdout.count("\n") == 1 and gpus == "gpus=-" and message, done.stdout
+    client = Client(air_home)
+    (row,) = client.store.rows("WHERE backend='slurm'")
+    assert row.job_id == job_id and row.name == "plain"
+    assert status in ("QUEUED", "RUNNING", "SUCCEEDED")
+    (info,) = client.wait([job_id], timeout_s=120, any=False)
+    log = client.logs(job_id, tail=20).text
+    assert info.status.value == "SUCCEEDED", (info.message, log)
+    assert info.run_id and f"run {info.run_id}" in log
