@@ -7,7 +7,8 @@ name (``<store>.building``) and renamed into place once complete, and a store fo
 (an interrupted migration from before this, or a copy from elsewhere) is moved aside when it
 holds no runs (never deleted), or reported with the way to recover when it does. Everything
 here runs under the caller's init lock (``air_skills.tracking.mlflow``): one builder at a time.
-Writes go through MLflow itself; its tables are only read, to tell a half-built store.
+Writes go through MLflow itself (but for a job's first run: tracking/sqlite_runs.py); its
+tables are read here only to tell a half-built store.
 
 Those migrations take 10-20 s on a busy machine: the first launch on a fresh home spent its
 time there (issue 24: 15.9 s against ~0.3 s for the next). So the first store built on a

@@ -7,7 +7,9 @@ or leaves the run to be made here (sqlite, no spare). Then the supervisor:
 - with a run id: ``RunWork`` gives the run its name, tags, params and data inputs in a
   thread while the job runs (the job logs into it from its first metric meanwhile);
 - without one (pending): ``make_pending_run`` creates it before the command starts, so the
-  job knows its run id from its first instruction; only this job waits for MLflow.
+  job knows its run id from its first instruction: written into MLflow's sqlite tables
+  (tracking/sqlite_runs.py, milliseconds) and then completed as a spare is, or, on any other
+  store, made through MLflow (only this job waits for its import).
 Either way the plan is removed once applied, and the thread then tops up the spare runs.
 """
 
@@ -124,6 +126,7 @@ def make_pending_run(store: Store, row: JobRecord) -> JobRecord:
     Tracking down: the job runs without a run (its note says why), as a launch would have
     left it; end_run tries once more at the job's end.
     """
+    row = make_run_in_sql(store, row)
     jdir = job_dir(store.home, row.job_id)
     plan = read_plan(jdir)
     if plan is None or row.run_id:
@@ -136,6 +139,33 @@ def make_pending_run(store: Store, row: JobRecord) -> JobRecord:
         return store.row(row.job_id) or row
     store.set_tracking(row.job_id, run_id, exp_id)
     drop_plan(jdir)
+    return store.row(row.job_id) or row
+
+
+def make_run_in_sql(store: Store, row: JobRecord) -> JobRecord:
+    """A pending job's run written into MLflow's sqlite tables (tracking/sqlite_runs.py: no
+    MLflow import, milliseconds); the job's fresh record. The plan stays: RunWork completes
+    the run from it (params, tags, inputs) as it does a claimed spare. Unchanged where the
+    store is not one to write so: ``make_pending_run`` then goes through MLflow."""
+    from air_skills.tracking.mlflow import DEFAULT_EXPERIMENT, MlflowTracker
+    from air_skills.tracking.sqlite_runs import create_run
+
+    jdir = job_dir(store.home, row.job_id)
+    plan = read_plan(jdir)
+    if plan is None or row.run_id:
+        return row
+    uri = job_uri(store.home, jdir, plan)
+    experiment = plan.get("experiment") or DEFAULT_EXPERIMENT
+    made = create_run(
+        uri,
+        experiment,
+        MlflowTracker(store.home, uri).artifact_root(experiment),
+        name=plan.get("name") or row.name,
+        tags=_run_tags(row, plan),
+    )
+    if made is None:
+        return row
+    store.set_tracking(row.job_id, *made)
     return store.row(row.job_id) or row
 
 

@@ -31,6 +31,7 @@ from air_skills.runtime.results.outcomes import (
     classify,
     start_failed,
 )
+from air_skills.runtime.runs import job_run
 from air_skills.runtime.runs.run_end import record_without_supervisor
 from air_skills.runtime.scheduling import pass_queries as q
 from air_skills.runtime.scheduling.scheduler import Inventory, QueuedJob, RunningJob, schedule
@@ -268,6 +269,7 @@ def act_on_pass(store: Store, result: PassResult) -> None:
         if row is None or row.status != "RUNNING" or row.supervisor_pid is not None:
             continue  # settled meanwhile by another process
         try:
+            row = job_run.make_run_in_sql(store, row)  # a pending run: the command need not wait
             launch = prestart_launch(store.home, row)
         except Exception as exc:  # that job's start failed (its folder gone): that job only
             program = row.spec_dict()["command"][0]

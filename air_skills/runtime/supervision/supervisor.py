@@ -218,6 +218,7 @@ class Supervisor(AttemptEndMixin):
         """
         try:
             launch_settings.adopt(self.home, row.job_id)  # before its preflight (38.7)
+            row = job_run.make_run_in_sql(self.store, row)  # a pending run, in milliseconds
             launch = prestart_launch(self.home, row)
             if launch is None:
                 return Started(row)
