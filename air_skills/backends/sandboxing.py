@@ -1,7 +1,7 @@
 """A local job's sandbox decided at launch: ``auto`` becomes ``on`` or ``off`` (with why).
 
 The spec keeps the decision (``sandbox: on | off``, ``air.sandbox`` tag with the reason for
-none); runtime/execution/sandbox.py wraps the command as the job starts.
+none); runtime/execution/sandbox/ wraps the command as the job starts.
 """
 
 from __future__ import annotations

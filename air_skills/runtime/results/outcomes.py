@@ -218,7 +218,7 @@ def start_failed(kind: str, text: str, program: str) -> Outcome:
             " Next: relaunch the job (a new folder), and find what writes into job folders"
         )
         return Outcome("finish", message, JobStatus.FAILED, "user")
-    if kind == "SandboxUnavailable":  # runtime/execution/sandbox.py
+    if kind == "SandboxUnavailable":  # runtime/execution/sandbox/
         message = (
             f"FAILED: {text}. Next: install bubblewrap (apt-get install bubblewrap), or relaunch"
             " with sandbox: auto or off"

@@ -6,7 +6,7 @@ included: allocated blocks (``st_blocks * 512``), so a sparse file counts what i
 length; a file linked twice counts once. The folder is the job's ground: it is walked by
 descriptor (``O_DIRECTORY | O_NOFOLLOW``, each entry ``lstat``-ed relative to its folder), never
 through a link. A job past its cap is stopped and FAILED, never retried (it would write as much
-again), its message naming the cap. Its private ``/tmp`` has a size of its own (sandbox.py).
+again), its message naming the cap. Its private ``/tmp`` has a size of its own (sandbox/mounts.py).
 """
 
 from __future__ import annotations
