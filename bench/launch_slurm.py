@@ -10,7 +10,8 @@ a file. Four rows, interleaved:
 - cold CLI: a fresh ``air launch --backend slurm --code live`` process, the path a user takes
   (interpreter start, imports and the job's MLflow run included: the CLI tracks every job; it
   claims a spare run, completed after sbatch by the home's tracking writer, or has the writer
-  make one: slurm/backend.py). Goal (issue 41.5): p50 at most 1.5x raw;
+  make one: slurm/backend.py; since 41.5 the plain form takes the fast path too, printing the
+  typer command's line: cli/fast/launch.py). Goal (issue 41.5): p50 at most 1.5x raw;
 - cold CLI --json: the same as an agent runs it (`air launch --json`: the fast path, no typer,
   rich or pydantic: cli/fast/launch.py).
 
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{p50_air / p50_raw:.2f}x",
         ],
         [
-            "air launch --backend slurm (cold CLI process)",
+            "air launch --backend slurm (cold CLI, plain)",
             f"{percentile(cli, 50) * 1000:.0f}",
             f"{percentile(cli, 90) * 1000:.0f}",
             f"{percentile(cli, 50) / p50_raw:.2f}x",
