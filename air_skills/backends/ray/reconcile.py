@@ -30,7 +30,7 @@ from air_skills.runtime.results.outcomes import (
     classify,
 )
 from air_skills.runtime.store.records import JobRecord
-from air_skills.runtime.supervision import stall
+from air_skills.runtime.supervision import stall_end, stall_words
 from air_skills.status import JobStatus
 
 # A record whose submission is not visible on Ray yet is left alone this long.
@@ -140,7 +140,7 @@ def _apply(
                 + (f" on node {job.driver_node_id[:12]}" if job.driver_node_id else "")
             )
             if row.stop_request or (
-                row.message.startswith("RUNNING") and stall.MARK in row.message
+                row.message.startswith("RUNNING") and stall_words.MARK in row.message
             ):
                 message = without_note(row.message)
             if row.message != message:
@@ -178,7 +178,7 @@ def _stalled(
         ray.stop_job(sid)
     with contextlib.suppress(Exception):
         sync_logs(row, ray=ray, final=True)
-    return _record(rt, ray, row, spec, stall.outcome(found, row, spec.model_dump()))
+    return _record(rt, ray, row, spec, stall_end.outcome(found, row, spec.model_dump()))
 
 
 def settle_terminal(rt: LaunchContext, ray: Any, row: JobRecord, spec: JobSpec, job: Any) -> int:

@@ -19,7 +19,7 @@ from air_skills.backends.ray.logs import sync_logs
 from air_skills.runtime.launch.prepare import LaunchContext
 from air_skills.runtime.process import proc
 from air_skills.runtime.store.records import JobRecord
-from air_skills.runtime.supervision import stacks, stall
+from air_skills.runtime.supervision import stacks, stall, stall_end
 
 STATE = "stall-watch.json"  # in the job's folder: the watch of the current attempt
 
@@ -47,7 +47,7 @@ def look(rt: LaunchContext, ray: Any, row: JobRecord, spec: dict[str, Any]) -> s
     stacks.write_new(jdir / STATE, json.dumps({**watch.state(), "attempt": row.attempts}))
     if found is not None:
         watch.finish(now)
-        stall.attach(rt.home, jdir, row, found)
+        stall_end.attach(rt.home, jdir, row, found)
     return found
 
 

@@ -25,7 +25,7 @@ from air_skills.runtime.runs.job_run import RunWork
 from air_skills.runtime.runs.run_end import QueuedEnd, end_run, queue_end
 from air_skills.runtime.store.records import JobRecord
 from air_skills.runtime.store.store import Store
-from air_skills.runtime.supervision import disk_cap, gpu_checks, stall
+from air_skills.runtime.supervision import disk_cap, gpu_checks, stall, stall_end
 from air_skills.runtime.supervision.data_recheck import DataRecheck
 from air_skills.tracking import writer as tracking_writer
 
@@ -94,8 +94,8 @@ class AttemptEndMixin:
         if self.stalled is not None and stop is None and not faults:  # it stopped moving
             jdir = job_dir(self.home, self.job_id)
             ready = self._warm.ready if self._warm is not None else None
-            stall.attach(self.home, jdir, self.row, self.stalled, ready)
-            self._record(stall.outcome(self.stalled, row, self.spec))
+            stall_end.attach(self.home, jdir, self.row, self.stalled, ready)
+            self._record(stall_end.outcome(self.stalled, row, self.spec))
             return
         # A failure of its own: which rank failed first (a gang), and NCCL's signatures.
         failure = gang.Failure(rc if rc >= 0 else None, -rc if rc < 0 else None)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from helpers import wait_until
 
-from air_skills.runtime.supervision import stacks, stall, stall_words
+from air_skills.runtime.supervision import stacks, stall, stall_end, stall_words
 from air_skills.runtime.supervision.stall import Stall, StallWatch
 from air_skills.status import JobStatus
 
@@ -159,18 +159,18 @@ def row(**kw: object) -> SimpleNamespace:
 def test_the_outcome_policy() -> None:
     user = Stall(1860, 1800, "pid 7 in t.py:3 f()", False, "/j/stacks.txt")
     coll = Stall(1860, 1800, "rank 1 in all_reduce (d.py:9)", True, "/j/stacks.txt")
-    out = stall.outcome(user, row(), {})
+    out = stall_end.outcome(user, row(), {})
     assert out.status == JobStatus.FAILED and out.failure_kind == "user"
     assert out.message.startswith("FAILED: stalled 31 min: pid 7 in t.py:3 f() (reason: stalled")
-    again = stall.outcome(coll, row(), {})  # default: a collective wait is retried once
+    again = stall_end.outcome(coll, row(), {})  # default: a collective wait is retried once
     assert again.action == "requeue" and again.kind == "infra"
-    spent = stall.outcome(coll, row(infra_retries=1), {})
+    spent = stall_end.outcome(coll, row(infra_retries=1), {})
     assert spent.status == JobStatus.FAILED and spent.failure_kind == "infra"
     assert "stall retries spent" in spent.message
-    assert stall.outcome(coll, row(), {"on_stall": "fail"}).failure_kind == "user"
-    retry = stall.outcome(user, row(infra_retries=1), {"on_stall": "retry"})
+    assert stall_end.outcome(coll, row(), {"on_stall": "fail"}).failure_kind == "user"
+    retry = stall_end.outcome(user, row(infra_retries=1), {"on_stall": "retry"})
     assert retry.action == "requeue"  # under AIR_MAX_INFRA_RETRIES (3)
-    user_retry = stall.outcome(user, row(), {"max_retries": 1})
+    user_retry = stall_end.outcome(user, row(), {"max_retries": 1})
     assert user_retry.action == "requeue" and user_retry.kind == "user"
 
 
@@ -186,10 +186,10 @@ def test_each_outcome_message_gives_its_stall_note_and_others_none() -> None:
     user = Stall(1860, 1800, "pid 7 in t.py:3 f()", False, "/j/stacks.txt")
     coll = Stall(1860, 1800, "rank 1 in all_reduce (d.py:9)", True, "/j/stacks.txt")
     messages = [
-        stall.outcome(user, row(), {}).message,
-        stall.outcome(coll, row(), {}).message,
-        stall.outcome(coll, row(infra_retries=1), {}).message,
-        stall.outcome(user, row(), {"on_stall": "retry"}).message,
+        stall_end.outcome(user, row(), {}).message,
+        stall_end.outcome(coll, row(), {}).message,
+        stall_end.outcome(coll, row(infra_retries=1), {}).message,
+        stall_end.outcome(user, row(), {"on_stall": "retry"}).message,
         stall_words.notify_message(coll),
     ]
     notes = [stall_words.note(m) for m in messages]
