@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import NotFound, TrackingUnavailable, UnknownMetric
-from air_skills.tracking.sqlite_store import ensure_store, sqlite_path
+from air_skills.tracking.sqlite_store import (
+    build_from_template,
+    ensure_store,
+    head_without_import,
+    sqlite_path,
+)
 
 DEFAULT_EXPERIMENT = "air-default"
 _CLIENT_LOCK = threading.Lock()  # one MLflow import and store check at a time
@@ -96,6 +101,24 @@ class MlflowTracker:
                 hint="check MLFLOW_TRACKING_URI (or unset it to use AIR_HOME's sqlite store)",
             ) from None
         return client
+
+    def store_without_import(self) -> bool:
+        """Whether this sqlite store is there, built from the template (copied, milliseconds)
+        if need be, without importing MLflow: a fresh home's first job need not wait for it.
+        False for any other store, or where only MLflow can build it (``client`` does)."""
+        path = sqlite_path(self.uri)
+        if path is None:
+            return False
+        if path.is_file() and path.stat().st_size > 0:
+            return True
+        head = head_without_import()
+        if head is None:
+            return False
+        try:
+            with _init_lock(self.home, self.uri):
+                return build_from_template(path, head, self.artifact_root("Default"))
+        except (OSError, TrackingUnavailable):
+            return False
 
     def _check_server(self) -> None:
         """Fail fast on a tracking server that is down (MLflow itself retries for minutes)."""

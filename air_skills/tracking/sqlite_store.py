@@ -20,9 +20,12 @@ complete, at this MLflow's schema version and empty.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
+import re
 import shutil
 import sqlite3
+import sys
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -71,8 +74,36 @@ def _head_revision() -> str | None:
         return None
 
 
-def inspect(path: Path) -> StoreState:
-    """Whether ``path`` holds a complete MLflow store, a half-built one, or nothing yet."""
+def head_without_import() -> str | None:
+    """The schema version this MLflow writes, read from its migration files (milliseconds;
+    ``_head_revision`` imports MLflow): the one revision no other names as its parent. None
+    when that cannot be told (no MLflow, another layout, more than one head)."""
+    try:
+        installed = importlib.metadata.distribution("mlflow")  # found, not imported
+        versions = Path(str(installed.locate_file("mlflow/store/db_migrations/versions")))
+        revisions: set[str] = set()
+        parents: set[str] = set()
+        for migration in versions.glob("*.py"):
+            text = migration.read_text(errors="replace")
+            rev = _REVISION.search(text)
+            if rev:
+                revisions.add(rev.group(1))
+            down = _DOWN_REVISION.search(text)
+            if down:
+                parents.update(re.findall(r"[\"']([0-9a-f]+)[\"']", down.group(1)))
+    except (OSError, ValueError, ImportError):
+        return None
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+_REVISION = re.compile(r"^revision(?:\s*:[^=\n]+)?\s*=\s*[\"']([0-9a-f]+)[\"']", re.M)
+_DOWN_REVISION = re.compile(r"^down_revision(?:\s*:[^=\n]+)?\s*=\s*(.+)$", re.M)
+
+
+def inspect(path: Path, head: str | None = None) -> StoreState:
+    """Whether ``path`` holds a complete MLflow store, a half-built one, or nothing yet.
+    ``head``: this MLflow's schema version when known already (else MLflow is asked)."""
     try:
         if path.stat().st_size == 0:
             return StoreState(exists=False)
@@ -99,7 +130,7 @@ def inspect(path: Path) -> StoreState:
         # Locked for longer than the timeout, or not a database: MLflow's open says which.
         return StoreState(exists=True, problem=None, runs=None)
     leftovers = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
-    head = _head_revision()
+    head = head or _head_revision()
     if leftovers:
         problem = f"an interrupted schema migration left its work table {leftovers[0]}"
     elif version is None:
@@ -164,6 +195,23 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
+def build_from_template(path: Path, head: str, default_artifacts: str | None = None) -> bool:
+    """Leave ``path`` holding a complete store copied from the template of schema ``head``
+    (the caller found it without MLflow: ``head_without_import``), without importing MLflow;
+    False, changing nothing, when there is no such template (``ensure_store`` builds one) or
+    ``path`` holds a store already that is not complete. The caller holds the init lock."""
+    state = inspect(path, head)
+    if state.exists:
+        return state.problem is None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    building = path.with_name(path.name + BUILDING)
+    _remove_with_side_files(building)
+    if not _copy_template(template_path(head), building, head):
+        return False
+    _install(path, building, default_artifacts)
+    return True
+
+
 def _build(path: Path, building: Path, default_artifacts: str | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     template = template_path()
@@ -176,6 +224,11 @@ def _build(path: Path, building: Path, default_artifacts: str | None = None) -> 
         _dispose_engine(uri)
         if template is not None:
             _keep_template(building, template)
+    _install(path, building, default_artifacts)
+
+
+def _install(path: Path, building: Path, default_artifacts: str | None) -> None:
+    """Rename a complete store built at ``building`` into place, durably."""
     if default_artifacts is not None:
         _set_default_artifacts(building, default_artifacts)
     with open(building, "rb") as f:
@@ -194,9 +247,9 @@ def _set_default_artifacts(store: Path, location: str) -> None:
         db.execute("UPDATE experiments SET artifact_location=? WHERE experiment_id=0", (location,))
 
 
-def template_path() -> Path | None:
+def template_path(head: str | None = None) -> Path | None:
     """The empty store kept for this MLflow schema version (None: MLflow cannot say which)."""
-    head = _head_revision()
+    head = head or _head_revision()
     if head is None:
         return None
     from platformdirs import user_cache_dir
@@ -215,11 +268,11 @@ def _ours(path: Path) -> bool:
         return False
 
 
-def _copy_template(template: Path, building: Path) -> bool:
+def _copy_template(template: Path | None, building: Path, head: str | None = None) -> bool:
     """Copy the template store to ``building`` when it is ours, complete and empty."""
-    if not template.is_file() or not _ours(template):
+    if template is None or not template.is_file() or not _ours(template):
         return False
-    state = inspect(template)
+    state = inspect(template, head)
     if not state.exists or state.problem is not None or state.runs != 0:
         return False
     try:
@@ -244,6 +297,8 @@ def _keep_template(built: Path, template: Path) -> None:
 
 def _dispose_engine(uri: str) -> None:
     """Close MLflow's pooled connections for ``uri`` (it keeps one engine per URI)."""
+    if "mlflow" not in sys.modules:
+        return  # not loaded here: nothing pooled (and no import for nothing)
     try:
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 

@@ -156,10 +156,13 @@ def make_run_in_sql(store: Store, row: JobRecord) -> JobRecord:
         return row
     uri = job_uri(store.home, jdir, plan)
     experiment = plan.get("experiment") or DEFAULT_EXPERIMENT
+    tracker = MlflowTracker(store.home, uri)
+    if not tracker.store_without_import():  # a fresh home's store: copied from the template
+        return row
     made = create_run(
         uri,
         experiment,
-        MlflowTracker(store.home, uri).artifact_root(experiment),
+        tracker.artifact_root(experiment),
         name=plan.get("name") or row.name,
         tags=_run_tags(row, plan),
     )

@@ -52,7 +52,9 @@ def wait_done(client: Client, job_id: str):
     return info
 
 
-def test_supervisor_makes_the_run_before_the_command(air_home: Path) -> None:
+def test_a_run_without_a_spare_is_made_before_the_command(air_home: Path) -> None:
+    """No spare: the run is written into MLflow's sqlite tables as the job starts (no MLflow
+    in the launching process: tracking/sqlite_runs.py), then completed from the plan."""
     client = cli_client(air_home)
     spec = JobSpec(
         command=[PY, "-c", FIRST_METRIC],
@@ -61,7 +63,6 @@ def test_supervisor_makes_the_run_before_the_command(air_home: Path) -> None:
         name="first-metric",
     )
     launched = client.launch(spec)
-    assert launched.run_id is None and "made by the job's supervisor" in launched.message
     info = wait_done(client, launched.job_id)
     assert info.run_id and f"run {info.run_id}" in client.logs(info.job_id).text
     run = client.tracker.client.get_run(info.run_id)
@@ -156,7 +157,7 @@ def test_cli_process_does_not_import_mlflow(air_home: Path, tmp_path: Path, argv
     out = subprocess.run([PY, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert "MLFLOW-NOT-LOADED" in out.stderr, out.stderr[-2000:]
     info = json.loads(out.stdout)
-    assert info["run_id"] is None and info["job_id"]
+    assert info["job_id"]  # its run: written in SQL (sqlite_runs) or by its supervisor
 
 
 def test_a_launch_killed_before_its_commit_leaves_its_spare_in_the_pool(
@@ -212,15 +213,18 @@ def test_the_kept_reader_of_mlflows_tables_sees_each_change(air_home: Path) -> N
 
 
 def test_a_job_cancelled_while_its_run_is_made_never_starts(air_home: Path, tmp_path: Path) -> None:
-    """No spare: the supervisor makes the run first, through the home's writer. The test holds
-    the writer's lock (no writer can run), cancels the job meanwhile, then lets a writer run:
-    the run is made, the cancel is read before the command would start, and it never does."""
+    """No spare, and an experiment only MLflow handles (deleted: MLflow restores it, so
+    sqlite_runs leaves it): the supervisor makes the run first, through the home's writer.
+    The test holds the writer's lock (no writer can run), cancels the job meanwhile, then
+    lets a writer run: the run is made, the cancel is read before the command would start,
+    and it never does."""
     import fcntl
     import time
 
     from air_skills.tracking import writer
 
     client = cli_client(air_home)
+    client.tracker.client.delete_experiment(client.tracker.experiment_id("restored"))
     marker = tmp_path / "ran"
     lock = os.open(writer.spool(air_home) / writer.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -229,6 +233,7 @@ def test_a_job_cancelled_while_its_run_is_made_never_starts(air_home: Path, tmp_
             JobSpec(
                 command=[PY, "-c", f"open({str(marker)!r}, 'w'); import time; time.sleep(60)"],
                 sandbox="off",  # its marker is written where the test looks
+                experiment="restored",
             )
         )
         assert launched.run_id is None

@@ -18,7 +18,7 @@ from helpers import wait_until
 from air_skills import Client, JobStatus
 from air_skills.tracking import sqlite_runs
 from air_skills.tracking.mlflow import MlflowTracker
-from air_skills.tracking.sqlite_store import _head_revision
+from air_skills.tracking.sqlite_store import _head_revision, head_without_import
 
 AIR = str(Path(sys.executable).parent / "air")
 
@@ -44,6 +44,7 @@ def _make(tracker: MlflowTracker, experiment: str, **kw) -> tuple[str, str] | No
 def test_the_installed_mlflow_writes_a_schema_this_knows() -> None:
     # A new MLflow moves its head: this fails, and sqlite_runs must be checked against it.
     assert _head_revision() in sqlite_runs.KNOWN_SCHEMAS
+    assert head_without_import() == _head_revision()  # read from its migration files
 
 
 def test_mlflow_reads_a_run_and_experiment_made_here_as_its_own(tmp_path: Path) -> None:
@@ -148,12 +149,14 @@ import mlflow
 """
 
 
+@pytest.mark.parametrize("home_used_before", [True, False], ids=["store-there", "fresh-home"])
 def test_a_jobs_first_run_needs_no_mlflow_import_before_its_command(
-    air_home: Path, tmp_path: Path
+    air_home: Path, tmp_path: Path, home_used_before: bool
 ) -> None:
     """A job launched into a new experiment (no spare run) starts, with its run id, while
     MLflow cannot be imported anywhere; its supervisor completes the run once it can. Before
-    sqlite_runs, the command waited for the run, made through MLflow: it never started here."""
+    sqlite_runs, the command waited for the run, made through MLflow: it never started here.
+    On a fresh home the store is copied from the machine's template, also without MLflow."""
     fake = tmp_path / "fake"
     (fake / "mlflow").mkdir(parents=True)
     (fake / "mlflow" / "__init__.py").write_text(GATED_MLFLOW)
@@ -163,7 +166,11 @@ def test_a_jobs_first_run_needs_no_mlflow_import_before_its_command(
         "PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "AIR_TEST_MLFLOW_GATE": str(gate),
     }
-    _store(air_home)  # the store exists, as after any earlier job on this home
+    if home_used_before:
+        _store(air_home)  # the store exists, as after any earlier job on this home
+    else:
+        _store(tmp_path / "another-home")  # this machine's template store exists
+        assert not (air_home / "mlflow.db").exists()
     job = "import os; print('run', os.environ['MLFLOW_RUN_ID'], flush=True)"
     argv = [AIR, "launch", "--json", "--experiment", "never-seen", "--name", "first-trial"]
     argv += ["--set", "lr=0.1", "--", sys.executable, "-I", "-c", job]
