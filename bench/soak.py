@@ -16,14 +16,19 @@ writer. At the end it checks:
 - every study's journal checks (no unreadable or skipped line, every trial final, each
   trial's job ended and its value the index's) and its loop exited 0.
 
-**Busy** (``--busy``): 8 studies at once, each 3 trials of ``--trial-s`` (30) seconds in
-sequence on 8 simulated GPUs: the GPU-busy fraction (the trials' GPU-seconds over 8 x the
-wall time from the loops' start to the last trial's end; goal >= 0.9; the issue measured
-0.80), and the same from the first trial's start.
+**Busy** (``--busy``): ``--busy-studies`` (8) studies at once, each ``--busy-trials`` (3)
+trials of ``--trial-s`` (30) seconds in sequence on 8 simulated GPUs: the ideal over the wall
+time from the loops' start to the last trial's end (the ideal: the trials' work spread over
+the 8 GPUs), the GPU-busy fraction (the trials' GPU-seconds over 8 x that wall; goal >= 0.9;
+the issue measured 0.80), the same from the first trial's start, and the peak PSS of air's
+own processes (loops, supervisors, the tracking writer; sampled twice a second). The issue's
+second row is ``--busy-studies 20 --busy-trials 6 --trial-s 3`` (ideal 45 s; it measured
+100 s and a peak of 6.5 GB).
 
     python bench/soak.py --minutes 3 --jobs 300          # a short check
     python bench/soak.py                                 # 30 minutes, 10,000 jobs, 20 studies
     python bench/soak.py --busy
+    python bench/soak.py --busy --busy-studies 20 --busy-trials 6 --trial-s 3
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import random
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -325,11 +331,55 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _air_pss_kb(home: Path) -> int:
+    """PSS of air's own processes of ``home`` (loops, supervisors, the tracking writer: an
+    interpreter running our modules with that AIR_HOME), this bench's process excepted."""
+    total = 0
+    mine = b"AIR_HOME=" + os.fsencode(home)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if not any(b"air_skills" in a or b"autoresearch" in a for a in argv[1:3]):
+                continue
+            if mine not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            for line in (entry / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+class PeakPss:
+    """The peak of ``_air_pss_kb`` while the block runs, sampled every ``every_s``."""
+
+    def __init__(self, home: Path, every_s: float = 0.5) -> None:
+        self.home, self.every_s, self.peak_kb = home, every_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.peak_kb = max(self.peak_kb, _air_pss_kb(self.home))
+
+    def __enter__(self) -> PeakPss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def busy(args: argparse.Namespace, warm: bool) -> dict[str, Any]:
-    """8 studies of 3 trials of ``trial_s`` in sequence on 8 GPUs: the GPU-busy fraction.
-    ``warm``: a tracked job ran just before (the home's tracking writer is up, as after any
-    MLflow write in the last AIR_SUPERVISOR_LINGER_S); else the studies start on an idle home
-    and the first trials wait for the writer's start (MLflow's import) to get their runs."""
+    """``busy_studies`` studies of ``busy_trials`` trials of ``trial_s`` in sequence on 8
+    GPUs: the GPU-busy fraction. ``warm``: a tracked job ran just before (the home's tracking
+    writer is up, as after any MLflow write in the last AIR_SUPERVISOR_LINGER_S); else the
+    studies start on a fresh home (no MLflow store yet, no writer)."""
+    n, trials = args.busy_studies, args.busy_trials
     with scratch_home(gpus=8, AIR_SUPERVISOR_LINGER_S="60") as home:  # the default
         root = home.parent
         workdir = root / "work"
@@ -343,13 +393,14 @@ def busy(args: argparse.Namespace, warm: bool) -> dict[str, Any]:
             Client().wait([Client().launch(job).job_id], timeout_s=300)
         load = os.getloadavg()[0]
         t0 = time.time()
-        procs = {
-            f"soak-study-{k}": _start_study(
-                root, _study(k, workdir, 3, 1, [args.trial_s])
-            )  # fmt: skip
-            for k in range(8)
-        }
-        codes = {name: p.wait(timeout=900) for name, p in procs.items()}
+        with PeakPss(home) as peak:
+            procs = {
+                f"soak-study-{k}": _start_study(
+                    root, _study(k, workdir, trials, 1, [args.trial_s])
+                )  # fmt: skip
+                for k in range(n)
+            }
+            codes = {name: p.wait(timeout=900) for name, p in procs.items()}
         conn = sqlite3.connect(home / "air.db", timeout=60)
         try:
             spans = conn.execute(
@@ -385,18 +436,22 @@ def busy(args: argparse.Namespace, warm: bool) -> dict[str, Any]:
         first = min(s for s, _, _, _ in spans)
         last = max(e for _, e, _, _ in spans)
         used = sum(n * (e - s) for s, e, n, _ in spans)
+        ideal = n * trials * args.trial_s / 8 if n >= 8 else trials * args.trial_s
         return {
             "writer": "warm" if warm else "cold",
+            "studies": n,
             "load_at_start": round(load, 1),
+            "load_at_end": round(os.getloadavg()[0], 1),
+            "air_peak_pss_mb": round(peak.peak_kb / 1024, 1),
             "trials": len(spans),
             "succeeded": sum(st == "SUCCEEDED" for *_, st in spans),
             "loops_exit_0": sum(c == 0 for c in codes.values()),
             "wall_s_from_loops_start": round(last - t0, 1),
-            "ideal_s": 3 * args.trial_s,
+            "ideal_s": ideal,
             "gpu_busy_from_loops_start": round(used / (8 * (last - t0)), 3),
             "gpu_busy_from_first_trial": round(used / (8 * (last - first)), 3),
             "first_trial_after_s": round(first - t0, 1),
-            "ideal_over_wall": round(3 * args.trial_s / (last - t0), 3),
+            "ideal_over_wall": round(ideal / (last - t0), 3),
             "trial_span_s_mean": round(sum(e - s for s, e, _, _ in spans) / len(spans), 2),
             "end_to_next_launch_s_mean": round(sum(gaps) / max(1, len(gaps)), 2),
             "launch_to_start_s_mean": round(sum(waits) / len(waits), 2),
@@ -421,6 +476,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--in-flight", type=int, default=48, help="queued + running jobs at most")
     ap.add_argument("--busy", action="store_true", help="the 8-studies GPU-busy run instead")
     ap.add_argument("--trial-s", type=float, default=30.0)
+    ap.add_argument("--busy-studies", type=int, default=8)
+    ap.add_argument("--busy-trials", type=int, default=3)
     return ap
 
 
