@@ -56,7 +56,14 @@ def create_run(
         if path.stat().st_size == 0:
             return None  # not built yet: MLflow builds it
         with contextlib.closing(_connect(path)) as db:
-            return _write(db, experiment, artifact_location, name, tags)
+            db.execute("BEGIN IMMEDIATE")  # one writer: the experiment's read and insert agree
+            try:
+                made = _write(db, experiment, artifact_location, name, tags)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT" if made is not None else "ROLLBACK")
+            return made
     except (OSError, sqlite3.Error):
         return None
 
@@ -75,23 +82,6 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _write(
-    db: sqlite3.Connection,
-    experiment: str,
-    artifact_location: str | None,
-    name: str,
-    tags: dict[str, str],
-) -> tuple[str, str] | None:
-    db.execute("BEGIN IMMEDIATE")  # one writer: the experiment's read and its insert agree
-    try:
-        made = _write_in_tx(db, experiment, artifact_location, name, tags)
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT" if made is not None else "ROLLBACK")
-    return made
-
-
-def _write_in_tx(
     db: sqlite3.Connection,
     experiment: str,
     artifact_location: str | None,
