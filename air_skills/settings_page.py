@@ -112,7 +112,8 @@ trials failed alike and none succeeded; 0: never), `accept` (`noise-floor` | `k-
 from `budget.trials`) and `objective.holdout` (a metric name, or `{metric, command, data}`;
 it raises `noise.repeats` to at least 2). `autoresearch run` and `autoresearch demo` exit 3
 when the study ran and failed. Many studies in one process: `autoresearch host run | add | ls
-| stop` (the README's "Many studies on one host"), its folder `AIR_HOME/host/`.
+| stop` (the README's "Many studies on one host"), its folder `AIR_HOME/host/`; while it
+runs, `start_study` (MCP and Python) hands new studies to it (`AIR_STUDY_HOST`).
 """
 
 

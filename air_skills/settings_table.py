@@ -65,6 +65,14 @@ TABLE = (
         "a number of seconds > 0", _positive,
     ),
     Setting(
+        "AIR_STUDY_HOST", "str", "auto",
+        "where start_study (MCP and Python) runs a new study in the background: `auto` as a"
+        " thread of the home's study host when one runs (`autoresearch host run`, AIR_HOME/host),"
+        " else as a process of its own; `off` always a process of its own. `autoresearch run`"
+        " and a resumed study are always a process",
+        "`auto` or `off`", lambda v: v in ("auto", "off"),
+    ),
+    Setting(
         "AIR_DATA_ROOTS", "str", None,
         "the folders that data inputs may come from, separated by `os.pathsep` (`:`)",
         default_text="unset: every data input is refused",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError, InvalidInput, InvalidState
+from autoresearch.api.hosted import hand_to_host, not_hosted, running_host
 from autoresearch.api.reading import get_study
 from autoresearch.journal.journal import Journal
 from autoresearch.study.folder import (
@@ -50,7 +51,9 @@ def start_study(
 ) -> dict[str, Any]:
     """Start (or resume) a study from a study file, a study folder or an inline dict.
 
-    In the background (default) the loop runs as its own process, logging to
+    In the background (default) the loop runs as a thread of the home's study host where one
+    runs (``autoresearch host run``; not for ``resume``, nor with ``AIR_STUDY_HOST=off``: the
+    reply's ``hosted_by`` names it), else as its own process; either logs to
     ``<study_dir>/loop.log``, and this returns as soon as it has started; otherwise it runs
     here until a budget is spent. Returns the study's state as ``get_study`` gives it.
     ``prior_jobs``: job ids already run by hand; they join a new study's history as trials
@@ -91,6 +94,10 @@ def start_study(
     from autoresearch.study.registry import register
 
     made = not (resume or prior_jobs or folder.exists())  # a refused start takes it back
+    # a resumed study runs as a process of its own: the host leaves a study that stopped
+    # stopped, and may hold its name; prior jobs and a base job travel to a host as to a
+    # process (the journal, and .start.yaml's base_job and base_config)
+    hostable = background and not resume
     register(parsed.name, folder)  # get_study(name) finds it, wherever the folder is
     if prior_jobs:
         resume = _journal_prior(folder, parsed, prior_jobs, resume)
@@ -106,6 +113,16 @@ def start_study(
     save_env(folder, fill_env(parsed, source_dir).env)
     launch_file = folder / ".start.yaml"
     write_private(launch_file, dump_study(hidden_copy(parsed)))
+    notes = [proposer.unavailable] if getattr(proposer, "unavailable", None) else []
+    host = running_host() if hostable else None
+    if host is not None:  # a thread of the home's study host, not a process (AIR_STUDY_HOST)
+        hosted = hand_to_host(
+            host, launch_file, folder, resume=resume, made=made, timeout_s=START_TIMEOUT_S
+        )
+        if isinstance(hosted, dict):
+            hosted["warnings"] = [*notes, *hosted.get("warnings", [])]
+            return hosted
+        notes.append(not_hosted(hosted))
     cmd = [
         sys.executable,
         "-m",
@@ -156,8 +173,8 @@ def start_study(
         _refused_at_start(proc, folder, deadline)
     out = get_study(folder)
     out["pid"] = proc.pid
-    if getattr(proposer, "unavailable", None):  # its fallback proposes: say why, first
-        out["warnings"] = [proposer.unavailable, *out.get("warnings", [])]
+    if notes:  # its fallback proposes, the host refused it: say why, first
+        out["warnings"] = [*notes, *out.get("warnings", [])]
     return out
 
 

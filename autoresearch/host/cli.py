@@ -34,8 +34,8 @@ def commands(guard: Callable[..., Any]) -> typer.Typer:
         SIGTERM or Ctrl-C; a study that had not stopped resumes from its journal."""
         import time
 
-        from autoresearch.host.folder import host_dir as folder_of
         from autoresearch.host.host import StudyHost
+        from autoresearch.study.host_folder import host_dir as folder_of
 
         def say(line: str) -> None:
             if not as_json:
@@ -72,8 +72,8 @@ def commands(guard: Callable[..., Any]) -> typer.Typer:
         seconds; otherwise the next `autoresearch host run` does). All are checked before any
         is added."""
         from air_skills.errors import InvalidInput
-        from autoresearch.host.folder import add_specs, host_alive
-        from autoresearch.host.folder import host_dir as folder_of
+        from autoresearch.study.host_folder import add_specs, host_alive
+        from autoresearch.study.host_folder import host_dir as folder_of
 
         if study_dir is not None and len(studies) > 1:
             raise InvalidInput(

@@ -29,17 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError
-from autoresearch.host.folder import (
+from autoresearch.host.waiter import HostedClient, SharedWaiter
+from autoresearch.journal.journal import HEARTBEAT_S, Journal, replay
+from autoresearch.loop.loop import IDLE_WAIT_S, StudyLoop
+from autoresearch.study.folder import LOOP_LOG, loop_alive, write_private
+from autoresearch.study.host_folder import (
     FAILED_SUFFIX,
     HOST_LOG,
     HostLock,
     spec_files,
     study_dir_of,
 )
-from autoresearch.host.waiter import HostedClient, SharedWaiter
-from autoresearch.journal.journal import HEARTBEAT_S, Journal, replay
-from autoresearch.loop.loop import IDLE_WAIT_S, StudyLoop
-from autoresearch.study.folder import LOOP_LOG, loop_alive, write_private
 
 HOST_WAIT_S = 30.0  # a hosted study's longest sleep when nothing happens (the waiter wakes it)
 SCAN_S = 2.0  # how often the host looks for new specs

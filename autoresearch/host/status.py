@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from air_skills.errors import AirError, NotFound
-from autoresearch.host.folder import (
+from autoresearch.study.host_folder import (
     FAILED_SUFFIX,
     check_name,
     host_alive,

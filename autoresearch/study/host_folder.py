@@ -165,3 +165,10 @@ def check_name(name: str) -> str:
     if not name or "/" in name or name.startswith("."):
         raise InvalidInput(f"not a study name: {name!r}", hint="give the study's name")
     return name
+
+
+def take_back(spec: Path) -> None:
+    """Remove a study's spec from the host folder, with its ``.dir`` and ``.failed.json``
+    (start_study takes back a study refused before its first trial ran)."""
+    for path in (spec.with_name(spec.stem + FAILED_SUFFIX), spec.with_suffix(DIR_SUFFIX), spec):
+        path.unlink(missing_ok=True)
