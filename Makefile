@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On machines without CUDA, pin the CPU wheel: an unpinned torch pulls a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install missing-tools container-tools slurm-tools sandbox-tools slurm-up slurm-down demo test test-quick lint bench clean
+.PHONY: install missing-tools container-tools slurm-tools sandbox-tools sandbox-user slurm-up slurm-down demo test test-quick lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 # says so, instead of giving up at once; `install` then lists what is still missing.
 APT := apt-get -o DPkg::Lock::Timeout=120
 
-install: $(VENV)/.installed container-tools slurm-tools sandbox-tools
+install: $(VENV)/.installed container-tools slurm-tools sandbox-tools sandbox-user
 	@$(MAKE) --no-print-directory missing-tools
 
 # What is still missing after `install` (tool:package), and the command to rerun; installs
@@ -49,6 +49,18 @@ sandbox-tools:
 	    fi; \
 	  fi; \
 	done
+
+# As root, a sandboxed job runs as AIR_SANDBOX_UID, which shares root's caches (an ACL entry):
+# by default the uid of this system user of air's own, made here as root when missing (no
+# home, no login; its own group). Without it jobs run as 65534 (`nobody`), a uid other daemons
+# may share, which `air doctor` warns about. Elsewhere it does nothing.
+SANDBOX_USER ?= air-sandbox
+sandbox-user:
+	@if [ "$$(id -u)" = 0 ] && ! getent passwd $(SANDBOX_USER) >/dev/null; then \
+	  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+	    --user-group $(SANDBOX_USER) \
+	    || echo "note: useradd could not make the user $(SANDBOX_USER): root's jobs run as 65534"; \
+	fi
 
 # Container jobs (issue 16) and their tests need podman, runc and busybox-static; the study
 # page's browser tests (issue 27) need chromium (driven by Playwright, no browser download).

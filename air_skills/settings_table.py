@@ -99,13 +99,16 @@ TABLE = (
         "`on` or `off`", lambda v: v in ("on", "off"),
     ),
     Setting(
-        "AIR_SANDBOX_UID", "int", 65534,
+        "AIR_SANDBOX_UID", "int", None,
         "where air runs as root: the unprivileged host uid a sandboxed job runs as (its group:"
         " the uid's own), so that it cannot read root's files or open the disk; its folder and"
         " `writable` folders are handed to it, and root's cache folders shared with it by an ACL"
-        " (read-write for the user's own code). Ignored where air runs as a user (the job is"
+        " (read-write for the user's own code), so it should be a uid no other process runs as:"
+        " `make install`, as root, makes the system user `air-sandbox` for it (`air doctor`"
+        " warns where jobs run as 65534, `nobody`). Ignored where air runs as a user (the job is"
         " that user)",
         "a uid 1-4294967294", lambda v: 1 <= v <= 4294967294,
+        default_text="the uid of the user `air-sandbox` where it exists, else `65534` (`nobody`)",
     ),
     Setting(
         "AIR_SANDBOX_CACHE", "path", None,

@@ -49,7 +49,7 @@ def main() -> None:
         os.makedirs(home)
         _cache(cache, 50, 20)
         env = {"HOME": os.path.join(scratch, "user"), "XDG_CACHE_HOME": cache}
-        user = (65534, 65534) if os.geteuid() == 0 else None
+        user = sandbox.job_user()  # as root: AIR_SANDBOX_UID (air-sandbox, else 65534)
         start = time.perf_counter()
         sandbox_caches.plan(env, home, trusted=True, user=user)
         first = (time.perf_counter() - start) * 1e3

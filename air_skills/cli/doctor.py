@@ -39,6 +39,7 @@ def run_doctor(client: Client, deep: bool = False) -> dict[str, Any]:
     report = _with_check(report, records_check(client.store))
     report = _with_check(report, engine_check.doctor_check(client.home))
     report = _with_check(report, sandbox.doctor_check())
+    report = _with_check(report, sandbox.uid_check())
     report = _with_check(report, quarantine.doctor_check(client.home))
     report = _with_check(report, artifacts_check(client.home))
     from air_skills.backends.slurm.doctor import doctor_check as slurm_check

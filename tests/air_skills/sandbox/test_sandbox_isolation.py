@@ -69,6 +69,13 @@ def _loopback_server() -> tuple[socket.socket, int]:
     return srv, srv.getsockname()[1]
 
 
+def _job_uid() -> int:
+    """The uid a root-run job becomes: AIR_SANDBOX_UID, by default the air-sandbox user's."""
+    user = sandbox.job_user()
+    assert user is not None
+    return user[0]
+
+
 def _ready_ahead(client: Client, air_home: Path) -> None:
     first = client.launch(JobSpec(command=["true"], track=False, sandbox="off"))
     assert client.wait([first.job_id], timeout_s=60)[0].status == JobStatus.SUCCEEDED
@@ -131,8 +138,8 @@ def test_no_disk_no_host_shm_no_kmsg_no_root_file_no_host_loopback(
     assert seen["host_shm_seen"] is False
     # The host's loopback service is out of reach, with network or without.
     assert seen["loopback"].startswith("refused"), seen
-    if os.geteuid() == 0:  # as root the job is AIR_SANDBOX_UID, not uid 0
-        assert seen["uid"] == 65534
+    if os.geteuid() == 0:  # as root the job is AIR_SANDBOX_UID (air-sandbox's), not uid 0
+        assert seen["uid"] == _job_uid() != 0
         assert seen["secret"] == "refused: PermissionError"
     if network and sandbox_net.slirp_path() is not None:
         assert "tap0" in seen["interfaces"]  # outbound through slirp4netns
@@ -164,7 +171,7 @@ def test_a_job_writes_its_folder_and_checkpoints_across_a_retry_as_its_uid(
     assert (jdir / "checkpoints" / "step").read_text() == "2"
     assert (jdir / "out.txt").read_text() == "out"
     if os.geteuid() == 0:
-        assert (jdir / "checkpoints" / "step").stat().st_uid == 65534
+        assert (jdir / "checkpoints" / "step").stat().st_uid == _job_uid()
         assert (jdir / "record.json").stat().st_uid == 0  # what air reads back stays air's
     from mlflow.tracking import MlflowClient
 
@@ -188,7 +195,7 @@ def test_hand_over_never_follows_a_link_or_a_hard_link(tmp_path: Path) -> None:
     os.link(victim, jdir / "hard")
     (jdir / "sub" / "mine").write_text("air wrote it")
     (jdir / "kept").write_text("stays air's")
-    sandbox.hand_over(str(jdir), (65534, 65534), [str(jdir / "kept")])
+    sandbox.hand_over(str(jdir), (65534, 65534), [str(jdir / "kept")])  # any uid not root's
     assert (jdir / "sub" / "mine").stat().st_uid == 65534
     assert jdir.stat().st_uid == 65534 and (jdir / "sub").stat().st_uid == 65534
     assert victim.stat().st_uid == 0 and victim_dir.stat().st_uid == 0

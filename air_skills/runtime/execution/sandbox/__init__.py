@@ -27,6 +27,7 @@ from air_skills.runtime.execution.sandbox.checks import (
     failure_note,
     resolved,
     signal_status,
+    uid_check,
 )
 from air_skills.runtime.execution.sandbox.mounts import (
     View,
@@ -60,6 +61,7 @@ __all__ = [
     "resolved",
     "signal_status",
     "tmp_bytes",
+    "uid_check",
     "unavailable",
     "view",
     "wrap",

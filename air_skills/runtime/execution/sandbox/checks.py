@@ -1,4 +1,4 @@
-"""A sandboxed job's edges: its program found as Popen would, its exit, doctor's line, its note."""
+"""A sandboxed job's edges: its program found as Popen would, its exit, doctor's lines, its note."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 from air_skills import settings
 from air_skills.home import open_job_file
 from air_skills.runtime.execution.sandbox.bwrap import bwrap_path, unavailable
-from air_skills.runtime.execution.sandbox.uid import job_user
+from air_skills.runtime.execution.sandbox.uid import NOBODY, SANDBOX_USER, job_user
 
 
 def resolved(argv: list[str], path: str | None, cwd: str | None) -> list[str]:
@@ -70,6 +70,46 @@ def doctor_check() -> dict[str, str]:
         "detail": detail,
         "next": "install bubblewrap (apt-get install bubblewrap), or set AIR_BWRAP to it",
     }
+
+
+def uid_check() -> dict[str, str]:
+    """`air doctor`'s line on the uid root's jobs run as: a warning where it is 65534 (or
+    named nobody), a uid other processes may run as, with which root's caches are shared."""
+    name = "sandbox uid"
+    user = job_user()
+    if user is None:
+        detail = "air runs as a user: sandboxed jobs run as that user, sharing nothing of root's"
+        return {"name": name, "status": "ok", "detail": detail, "next": ""}
+    uid = user[0]
+    who = _user_name(uid)
+    if uid != NOBODY and who not in ("nobody", "nfsnobody"):
+        detail = f"as root, sandboxed jobs run as uid {uid} ({who or 'no passwd entry'})"
+        return {"name": name, "status": "ok", "detail": detail, "next": ""}
+    why = (
+        "AIR_SANDBOX_UID names it"
+        if settings.raw("AIR_SANDBOX_UID")
+        else f"AIR_SANDBOX_UID is unset and there is no user {SANDBOX_USER}"
+    )
+    detail = (
+        f"as root, sandboxed jobs run as uid {uid} ({who or 'nobody'}: {why}), with which"
+        " root's cache folders (HF_HOME, TORCH_HOME, Triton, inductor, pip) are shared"
+        " read-write; other processes may run as that uid (NFS root squash, some daemons) and"
+        " could then write the kernels and packages root's own code loads from them"
+    )
+    nxt = (
+        f"as root, `make install` (it makes the system user {SANDBOX_USER}, which jobs then"
+        " run as), or set AIR_SANDBOX_UID to a uid no other process runs as"
+    )
+    return {"name": name, "status": "warn", "detail": detail, "next": nxt}
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
 
 
 def failure_note(log_path: str | None) -> str:

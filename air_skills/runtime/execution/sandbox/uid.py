@@ -19,14 +19,38 @@ from air_skills.runtime.execution.sandbox.paths import _hidden, _passable, insid
 USER_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_OVERRIDE")
 
 
+# The uid of air's own that `make install` makes as root (useradd --system --user-group): a
+# root-run job runs as it, and root's caches are shared with it. NOBODY: the fallback where
+# it is missing, a uid other daemons may run as (NFS squash), which `air doctor` warns about.
+SANDBOX_USER = "air-sandbox"
+NOBODY = 65534
+
+
 def job_user(environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
     """The host (uid, gid) a sandboxed job runs as: AIR_SANDBOX_UID where air runs as root
     (a user namespace alone maps the job to host uid 0, owner of root's 0600 files and the
-    disk nodes); None where air runs as a user (the job runs as that user)."""
+    disk nodes), unset: the ``air-sandbox`` user's uid, else 65534; its group: the uid's own.
+    None where air runs as a user (the job runs as that user)."""
     if os.geteuid() != 0:
         return None
     uid = settings.get("AIR_SANDBOX_UID", os.environ if environ is None else environ)
+    if uid is None:
+        uid = default_uid()
     return uid, _primary_gid(uid)
+
+
+def default_uid() -> int:
+    """AIR_SANDBOX_UID's default: the uid of the ``air-sandbox`` user where it exists (and is
+    a uid AIR_SANDBOX_UID could name: never root), else 65534. Looked up each time: a user
+    made while supervisors run is used by their next job."""
+    import pwd
+
+    try:
+        uid = pwd.getpwnam(SANDBOX_USER).pw_uid
+    except KeyError:
+        return NOBODY
+    valid = settings.SETTINGS["AIR_SANDBOX_UID"].valid
+    return uid if valid is None or valid(uid) else NOBODY
 
 
 @functools.lru_cache(maxsize=4)
