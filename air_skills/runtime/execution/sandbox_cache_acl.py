@@ -96,6 +96,26 @@ def granted(folder: str, uid: int, *, inherit: bool) -> bool:
         os.close(fd)
 
 
+def named_users(folder: str) -> set[int]:
+    """The uids ``folder``'s ACLs (access or default) name; empty where it has none, or is
+    missing or a link (never followed)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return set()
+    try:
+        found: set[int] = set()
+        for name in (ACCESS, DEFAULT):
+            try:
+                acl = _read(fd, name, None) or {}
+            except OSError:  # no ACLs on this filesystem, or one we cannot read
+                continue
+            found.update(ident for tag, ident in acl if tag == USER)
+        return found
+    finally:
+        os.close(fd)
+
+
 def share(
     folder: str,
     uid: int,

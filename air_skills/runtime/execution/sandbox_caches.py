@@ -82,6 +82,13 @@ def user_folders(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def shared_with(uid: int, env: Mapping[str, str]) -> list[str]:
+    """The cache folders of ``env`` (as ``user_folders``) whose ACL still names ``uid``: as
+    root, those shared with a job uid before it changed (`air doctor` says so)."""
+    folders = dict.fromkeys(user_folders(env).values())
+    return [f for f in folders if uid in sandbox_cache_acl.named_users(f)]
+
+
 def _user_home(env: Mapping[str, str]) -> str:
     return env.get("HOME") or os.path.expanduser("~")
 

@@ -172,3 +172,25 @@ def test_doctor_warns_where_root_runs_jobs_as_nobody_and_says_the_fix(
     assert "cache folders" in shared["detail"] and "other processes" in shared["detail"]
     assert "`make install`" in shared["next"] and "air-sandbox" in shared["next"], shared
     assert "AIR_SANDBOX_UID" in shared["next"], shared
+
+
+def test_doctor_warns_where_roots_caches_still_let_nobody_write_them(
+    sandbox_user: tuple[int, int], air_home: Path, tmp_path: Path
+) -> None:
+    """A host where jobs ran as 65534 before air-sandbox existed: its caches' ACLs still name
+    65534 (as that wave's sharing left them), and doctor says which folders, and the fix."""
+    from air_skills.runtime.execution import sandbox_cache_acl
+
+    env = {k: v for k, v in os.environ.items() if k != "AIR_SANDBOX_UID"}
+    cache = Path(env["AIR_SANDBOX_CACHE"])  # the test's own cache root (conftest's air_home)
+    triton = cache / "triton"
+    (triton / "kernels").mkdir(parents=True)
+    assert _doctor(env)["status"] == "ok"
+    sandbox_cache_acl.share(str(triton), NOBODY)  # what a job as 65534 left: rwx, inherited
+    assert NOBODY in _named_users(str(triton), "access")
+    stale = _doctor(env)
+    assert stale["status"] == "warn", stale
+    assert f"uid {sandbox_user[0]} (air-sandbox)" in stale["detail"]
+    assert f"cache folders {triton} still let uid 65534 (nobody) write" in stale["detail"]
+    assert f"setfacl -R -P -x u:65534,d:u:65534 {triton};" in stale["next"], stale
+    assert f"--from=65534 {sandbox_user[0]}:{sandbox_user[1]} {triton};" in stale["next"]

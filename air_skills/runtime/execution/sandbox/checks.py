@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 
 from air_skills import settings
 from air_skills.home import open_job_file
+from air_skills.runtime.execution import sandbox_caches
 from air_skills.runtime.execution.sandbox.bwrap import bwrap_path, unavailable
 from air_skills.runtime.execution.sandbox.uid import NOBODY, SANDBOX_USER, job_user
 
@@ -84,7 +86,21 @@ def uid_check() -> dict[str, str]:
     who = _user_name(uid)
     if uid != NOBODY and who not in ("nobody", "nfsnobody"):
         detail = f"as root, sandboxed jobs run as uid {uid} ({who or 'no passwd entry'})"
-        return {"name": name, "status": "ok", "detail": detail, "next": ""}
+        stale = sandbox_caches.shared_with(NOBODY, os.environ)
+        if not stale:
+            return {"name": name, "status": "ok", "detail": detail, "next": ""}
+        listed = " ".join(shlex.quote(f) for f in stale)
+        detail += (
+            f", but root's cache folders {', '.join(stale)} still let uid {NOBODY} (nobody)"
+            " write them, as jobs ran before: other processes may run as that uid, and what it"
+            " wrote there (kernels, packages) root's own code may load"
+        )
+        nxt = (
+            f"as root: setfacl -R -P -x u:{NOBODY},d:u:{NOBODY} {listed}; chown -R"
+            f" -h --from={NOBODY} {uid}:{user[1]} {listed}; and clear the compiled-code caches"
+            " (Triton, inductor, pip) in them, which air makes again"
+        )
+        return {"name": name, "status": "warn", "detail": detail, "next": nxt}
     why = (
         "AIR_SANDBOX_UID names it"
         if settings.raw("AIR_SANDBOX_UID")
