@@ -12,14 +12,22 @@ GPU, so one trial runs and the others queue): its loop has nothing to do but wai
 Goals (issue 41.3): an idle study loop at most 60 MB PSS and under 1% of a core; 100 studies in
 one host far less than 100 processes.
 
+``--agent N``: the agent's path instead: N studies started one by one through
+``autoresearch.api.start_study`` (what the MCP tool calls), once while ``autoresearch host run``
+runs (each lands in the host) and once with ``AIR_STUDY_HOST=off`` (a process each): the
+seconds per call, the processes that appeared, and their PSS once every study launched.
+
     python bench/study_host.py                      # 1 / 100 hosted, 1 / 10 processes
     python bench/study_host.py --studies 20 --processes 4 --cpu-s 10
+    python bench/study_host.py --agent 20
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -150,13 +158,60 @@ def separate(n: int, cpu_s: float) -> list[object]:
                 round(cpu / n, 3), round(start_s)]  # fmt: skip
 
 
+def agent(n: int, cpu_s: float, host: bool) -> list[object]:
+    """N studies through start_study, with a host running (``host``) or AIR_STUDY_HOST=off."""
+    with scratch_home(gpus=1, AIR_STUDY_HOST="auto" if host else "off") as home:
+        from autoresearch.api import start_study
+        from autoresearch.study.host_folder import host_alive, host_dir
+
+        workdir = home.parent / "wd"
+        workdir.mkdir()
+        exe = str(Path(sys.executable).with_name("autoresearch"))
+        specs = write_specs(home.parent / "src", n, workdir)
+        procs: list[subprocess.Popen[bytes]] = []
+        if host:
+            procs.append(subprocess.Popen([exe, "host", "run"], stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))  # fmt: skip
+            while not host_alive(host_dir()):
+                time.sleep(0.1)
+        pids: set[int] = set()
+        try:
+            t0 = time.time()
+            for spec in specs:
+                reply = start_study(str(spec))
+                pids.add(int(reply["pid"]))
+                assert bool(reply.get("hosted_by")) == host, reply
+            per_call = (time.time() - t0) / n
+            settle(home, [p.stem for p in specs], procs)
+            pss, cpu = measure(sorted(pids), cpu_s)
+        finally:
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+            for pid in pids:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+            subprocess.run([str(Path(sys.executable).with_name("air")), "cancel", "--all"],
+                           capture_output=True)  # fmt: skip
+        how = "host running" if host else "AIR_STUDY_HOST=off"
+        return [f"{n} x start_study, {how}", len(pids), round(pss, 1), round(pss / n, 2),
+                round(cpu, 2), round(per_call, 2)]  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--studies", type=int, default=100)
     ap.add_argument("--processes", type=int, default=10)
     ap.add_argument("--cpu-s", type=float, default=30.0)
+    ap.add_argument("--agent", type=int, default=0, help="N studies through start_study")
     args = ap.parse_args()
     print(f"load average: {os.getloadavg()[0]:.1f} (cores: {os.cpu_count()})")
+    if args.agent:
+        rows = [agent(args.agent, args.cpu_s, True), agent(args.agent, args.cpu_s, False)]
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        print(table(["studies", "processes", "PSS MB", "PSS MB / study", "CPU % core",
+                     "s per start_study"], rows))  # fmt: skip
+        return
     rows = [hosted(1, args.cpu_s), hosted(args.studies, args.cpu_s)]
     rows += [separate(1, args.cpu_s), separate(args.processes, args.cpu_s)]
     print(f"load average after: {os.getloadavg()[0]:.1f}")

@@ -14,7 +14,6 @@ from air_skills import settings
 from air_skills.errors import AirError, InvalidSpec
 from autoresearch.api.reading import get_study
 from autoresearch.journal.journal import Journal
-from autoresearch.study.folder import loop_alive
 from autoresearch.study.host_folder import FAILED_SUFFIX, add_specs, host_alive, host_dir, take_back
 
 
@@ -79,6 +78,7 @@ def _refused_at_start(spec: Path, folder: Path, made: bool, deadline: float) -> 
     ends its hosted loop at once: its error is raised here and the host's spec and the folder
     this call made are taken back, so that a rerun after the fix is refused by neither."""
     error = None
+    failed = spec.with_name(spec.stem + FAILED_SUFFIX)
     while time.monotonic() < deadline:
         events = Journal(folder).read()
         if any(e.get("event") in ("launched", "launch_refused") for e in events):
@@ -86,8 +86,8 @@ def _refused_at_start(spec: Path, folder: Path, made: bool, deadline: float) -> 
         error = next((e for e in reversed(events) if e.get("event") == "error"), None)
         if error is None and any(e.get("event") == "stopped" for e in events):
             return  # stopped (a stop request) before a trial: it stays, as for a process
-        if error is not None and not loop_alive(folder):
-            break  # the host's thread ended the study and let its folder go
+        if error is not None and failed.exists():
+            break  # the host's thread ended the study and is done with its folder
         time.sleep(0.05)
     else:
         return

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import threading
 import time
@@ -36,13 +37,15 @@ from autoresearch.study.folder import LOOP_LOG, loop_alive, write_private
 from autoresearch.study.host_folder import (
     FAILED_SUFFIX,
     HOST_LOG,
+    SPECS,
     HostLock,
     spec_files,
     study_dir_of,
 )
 
 HOST_WAIT_S = 30.0  # a hosted study's longest sleep when nothing happens (the waiter wakes it)
-SCAN_S = 2.0  # how often the host looks for new specs
+SCAN_S = 2.0  # how often the host looks at every spec (a changed file, a failure cleared)
+NOTICE_S = 0.2  # how often it looks at specs/ itself: a spec added (host add, start_study)
 STOP_JOIN_S = 20.0  # how long a stopping host waits for its studies to end their sessions
 
 
@@ -113,6 +116,7 @@ class StudyHost:
         self.outcome: dict[str, str] = {}  # study name -> how its thread ended
         self._known: dict[Path, float] = {}  # spec -> its mtime when looked at
         self._held: set[Path] = set()  # specs whose folder another process's loop holds
+        self._spec_of: dict[str, Path] = {}  # study name -> the spec its thread runs
         self._lock = threading.Lock()
 
     def log(self, line: str) -> None:
@@ -142,8 +146,14 @@ class StudyHost:
                 self.scan()
                 ended = len(self.outcome) - len(self.threads)
                 self.log(f"{len(self.outcome)} studies: {len(self.threads)} running, {ended} ended")
-                while not self.stopping.wait(SCAN_S):
-                    self.scan()
+                seen, scanned = self._specs_mtime(), time.monotonic()
+                while not self.stopping.wait(NOTICE_S):
+                    # one stat a turn: a spec written into specs/ (always by a rename) changes
+                    # the folder's mtime, so a new study starts within NOTICE_S, not SCAN_S
+                    now = self._specs_mtime()
+                    if now != seen or time.monotonic() - scanned >= SCAN_S:
+                        seen, scanned = now, time.monotonic()
+                        self.scan()
             finally:
                 self.stop()
                 deadline = time.monotonic() + STOP_JOIN_S
@@ -156,6 +166,12 @@ class StudyHost:
                 self.log("host stopped" + (f" ({len(left)} studies still ending)" if left else ""))
 
     # --- the specs ---
+
+    def _specs_mtime(self) -> int | None:
+        try:
+            return os.stat(self.dir / SPECS).st_mtime_ns
+        except OSError:
+            return None
 
     def scan(self) -> None:
         """Start the study of each spec not looked at yet (or changed while not running)."""
@@ -191,6 +207,8 @@ class StudyHost:
         with self._lock:
             running = self.threads.get(name)
             if running is not None and running.is_alive():
+                if self._spec_of.get(name) == spec:
+                    return False  # written again (start_study's rerun) as its thread ends
                 self.log(f"[{name}] {spec.name}: a study of that name runs already; ignored")
                 return True
         folder = study_dir_of(spec, study)
@@ -214,6 +232,7 @@ class StudyHost:
         )
         with self._lock:
             self.threads[name] = thread
+            self._spec_of[name] = spec
             self.outcome[name] = "running"
         thread.start()
         self.log(f"[{name}] {'resumed' if events else 'started'} in {folder}")
@@ -250,6 +269,15 @@ class StudyHost:
                     write_private(failed, json.dumps({"code": code, "message": outcome[8:]}))
             elif loop is not None:
                 self._fail(loop, None if isinstance(exc, AirError) else exc)
+                if not any(e.get("event") == "launched" for e in Journal(folder).read()):
+                    # refused before its first trial (a launch the sandbox or the data roots
+                    # refuse): it could not start, as above; written once the study's folder
+                    # is done with (start_study waits for it to take the study back)
+                    why = {"code": code, "message": outcome[8:], "hint": ""}
+                    if isinstance(exc, AirError):
+                        why.update(message=exc.message, hint=exc.hint)
+                    with contextlib.suppress(OSError):
+                        write_private(failed, json.dumps(why))
         with self._lock:
             self.outcome[name] = outcome
         self.log(f"[{name}] {outcome}")
