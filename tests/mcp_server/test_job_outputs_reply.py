@@ -30,7 +30,7 @@ async def test_checkpoint_folder_named_once_written(server, client: Client) -> N
             await mcp.call_tool("launch_job", {"command": [PY, "-c", "pass"]})
         ).structured_content
         ids = [wrote["job_id"], quiet["job_id"]]
-        await mcp.call_tool("wait_for_jobs", {"job_ids": ids, "timeout_s": 120})
+        await mcp.call_tool("wait_for_jobs", {"job_ids": ids, "timeout_s": 120, "mode": "all"})
         folder = str(client.home / "jobs" / wrote["job_id"] / "checkpoints")
         got = await mcp.call_tool("get_job", {"job_id": wrote["job_id"]})
         assert got.structured_content["status"] == "SUCCEEDED", got.structured_content
