@@ -127,9 +127,11 @@ def make_pending_run(store: Store, row: JobRecord) -> JobRecord:
     left it; end_run tries once more at the job's end.
     """
     row = make_run_in_sql(store, row)
+    if row.run_id:
+        return row
     jdir = job_dir(store.home, row.job_id)
     plan = read_plan(jdir)
-    if plan is None or row.run_id:
+    if plan is None:
         return row
     try:
         run_id, exp_id = create_from_plan(store.home, row, plan)
@@ -150,9 +152,11 @@ def make_run_in_sql(store: Store, row: JobRecord) -> JobRecord:
     from air_skills.tracking.mlflow import DEFAULT_EXPERIMENT, MlflowTracker
     from air_skills.tracking.sqlite_runs import create_run
 
+    if row.run_id:  # most jobs: made at launch or claimed; no plan to read
+        return row
     jdir = job_dir(store.home, row.job_id)
     plan = read_plan(jdir)
-    if plan is None or row.run_id:
+    if plan is None:
         return row
     uri = job_uri(store.home, jdir, plan)
     experiment = plan.get("experiment") or DEFAULT_EXPERIMENT
